@@ -1,0 +1,123 @@
+package outbox
+
+import (
+	"context"
+	"encoding/base64"
+	"fmt"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"go.etcd.io/bbolt"
+)
+
+// t0 is the tests' starting time.
+var t0 = time.Date(2026, 10, 2, 10, 0, 0, 0, time.UTC)
+
+// fakeClock is a settable clock; tests advance it instead of sleeping.
+type fakeClock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func newClock() *fakeClock { return &fakeClock{now: t0} }
+
+func (c *fakeClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *fakeClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	c.now = c.now.Add(d)
+	c.mu.Unlock()
+}
+
+// openDB opens a bbolt file in a temporary directory. sync=false skips fsync (unit tests).
+func openDB(t testing.TB, sync bool) *bbolt.DB {
+	t.Helper()
+	db, err := bbolt.Open(filepath.Join(t.TempDir(), "host.db"), 0o600, &bbolt.Options{Timeout: 10 * time.Second})
+	if err != nil {
+		t.Fatalf("bbolt open: %v", err)
+	}
+	db.NoSync = !sync
+	t.Cleanup(func() { _ = db.Close() })
+	return db
+}
+
+func openTest(t testing.TB) (*Store, *fakeClock) {
+	t.Helper()
+	clk := newClock()
+	s, err := Open(openDB(t, false), &Options{Clock: clk.Now})
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	return s, clk
+}
+
+// testKey returns a deterministic valid host key.
+func testKey(i int) string {
+	b := make([]byte, 32)
+	for j := range b {
+		b[j] = byte(i*31 + j)
+	}
+	return base64.StdEncoding.EncodeToString(b)
+}
+
+func envRow(id, host string) NewRow {
+	return NewRow{
+		Kind: KindEnvelope, ItemID: id, Host: host, HostKey: testKey(len(host)),
+		Wire:  []byte(fmt.Sprintf(`{"v":3,"id":%q,"to":"x@%s","enc":{"body":"c2VhbGVk"}}`, id, host)),
+		Agent: "alice", Subject: "hello " + host,
+	}
+}
+
+func receiptRow(msg, host string) NewRow {
+	return NewRow{
+		Kind: KindReceipt, ItemID: "receipt:" + msg + ":bob@" + host + ":1", Host: host, HostKey: testKey(7),
+		Wire: []byte(`{"rec":{"v":1},"sig":"x"}`),
+	}
+}
+
+func acceptance(at time.Time, epoch string, seq int64) Acceptance {
+	return Acceptance{
+		Relay: "https://relay.example", Epoch: epoch, Seq: seq,
+		Statement: []byte(fmt.Sprintf(`{"epoch":%q,"seq":%d,"type":"relay-accept"}`, epoch, seq)),
+		Sig:       "c2ln", AcceptedAt: at, Retention: 14 * 24 * time.Hour,
+	}
+}
+
+func mustAdd(t testing.TB, s *Store, rows ...NewRow) []Row {
+	t.Helper()
+	out, err := s.Add(context.Background(), rows...)
+	if err != nil {
+		t.Fatalf("Add: %v", err)
+	}
+	return out
+}
+
+func mustCheck(t testing.TB, s *Store) {
+	t.Helper()
+	if err := s.Check(context.Background()); err != nil {
+		t.Fatalf("Check: %v", err)
+	}
+}
+
+func mustGet(t testing.TB, s *Store, k Key) Row {
+	t.Helper()
+	r, err := s.Get(context.Background(), k)
+	if err != nil {
+		t.Fatalf("Get(%s): %v", k, err)
+	}
+	return r
+}
+
+func keysOf(rows []Row) []Key {
+	out := make([]Key, len(rows))
+	for i, r := range rows {
+		out[i] = r.Key()
+	}
+	return out
+}

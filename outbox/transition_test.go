@@ -1,0 +1,245 @@
+package outbox
+
+import (
+	"context"
+	"errors"
+	"reflect"
+	"testing"
+	"time"
+)
+
+// fromStates builds a row in each starting state through legal operations only.
+var fromStates = []struct {
+	name string
+	make func(t *testing.T, s *Store, clk *fakeClock) Key
+}{
+	{"pending", func(t *testing.T, s *Store, clk *fakeClock) Key {
+		return mustAdd(t, s, envRow("M1", "peer"))[0].Key()
+	}},
+	{"relay-accepted", func(t *testing.T, s *Store, clk *fakeClock) Key {
+		k := mustAdd(t, s, envRow("M1", "peer"))[0].Key()
+		if _, err := s.MarkRelayAccepted(context.Background(), k, acceptance(clk.Now(), "E1", 100)); err != nil {
+			t.Fatal(err)
+		}
+		return k
+	}},
+	{"relay-accepted+repush", func(t *testing.T, s *Store, clk *fakeClock) Key {
+		k := mustAdd(t, s, envRow("M1", "peer"))[0].Key()
+		if _, err := s.MarkRelayAccepted(context.Background(), k, acceptance(clk.Now(), "E1", 100)); err != nil {
+			t.Fatal(err)
+		}
+		if n, err := s.RepushRelay(context.Background(), "https://relay.example", "E2"); err != nil || n != 1 {
+			t.Fatalf("RepushRelay = %d, %v; want 1, nil", n, err)
+		}
+		return k
+	}},
+	{"expired", func(t *testing.T, s *Store, clk *fakeClock) Key {
+		k := mustAdd(t, s, envRow("M1", "peer"))[0].Key()
+		clk.Advance(DefaultLANDeadline)
+		if got, err := s.Sweep(context.Background(), 0); err != nil || len(got) != 1 || got[0].State != StateExpired {
+			t.Fatalf("Sweep = %v, %v; want one expired row", got, err)
+		}
+		return k
+	}},
+	{"unconfirmed", func(t *testing.T, s *Store, clk *fakeClock) Key {
+		k := mustAdd(t, s, envRow("M1", "peer"))[0].Key()
+		r, err := s.MarkRelayAccepted(context.Background(), k, acceptance(clk.Now(), "E1", 100))
+		if err != nil {
+			t.Fatal(err)
+		}
+		clk.Advance(r.Deadline.Sub(clk.Now()))
+		if got, err := s.Sweep(context.Background(), 0); err != nil || len(got) != 1 || got[0].State != StateUnconfirmed {
+			t.Fatalf("Sweep = %v, %v; want one unconfirmed row", got, err)
+		}
+		return k
+	}},
+	{"rejected", func(t *testing.T, s *Store, clk *fakeClock) Key {
+		k := mustAdd(t, s, envRow("M1", "peer"))[0].Key()
+		if _, err := s.MarkRejected(context.Background(), k, TransportLAN, "unpaired", false); err != nil {
+			t.Fatal(err)
+		}
+		return k
+	}},
+	{"done", func(t *testing.T, s *Store, clk *fakeClock) Key {
+		k := mustAdd(t, s, envRow("M1", "peer"))[0].Key()
+		if _, err := s.MarkDelivered(context.Background(), k); err != nil {
+			t.Fatal(err)
+		}
+		return k
+	}},
+}
+
+type transitionOp struct {
+	name string
+	do   func(s *Store, clk *fakeClock, k Key) (Row, error)
+}
+
+var transitionOps = []transitionOp{
+	{"delivered", func(s *Store, _ *fakeClock, k Key) (Row, error) {
+		return s.MarkDelivered(context.Background(), k)
+	}},
+	{"failed lan", func(s *Store, _ *fakeClock, k Key) (Row, error) {
+		return s.MarkAttemptFailed(context.Background(), k, TransportLAN, "connection refused")
+	}},
+	{"failed relay", func(s *Store, _ *fakeClock, k Key) (Row, error) {
+		return s.MarkAttemptFailed(context.Background(), k, TransportRelay, "502")
+	}},
+	{"rejected retryable", func(s *Store, _ *fakeClock, k Key) (Row, error) {
+		return s.MarkRejected(context.Background(), k, TransportRelay, "rejected:quota:target", true)
+	}},
+	{"rejected final relay", func(s *Store, _ *fakeClock, k Key) (Row, error) {
+		return s.MarkRejected(context.Background(), k, TransportRelay, "rejected:sender not accepted by target", false)
+	}},
+	{"rejected final lan", func(s *Store, _ *fakeClock, k Key) (Row, error) {
+		return s.MarkRejected(context.Background(), k, TransportLAN, "401 unpaired", false)
+	}},
+	{"accepted", func(s *Store, clk *fakeClock, k Key) (Row, error) {
+		return s.MarkRelayAccepted(context.Background(), k, acceptance(clk.Now(), "E2", 200))
+	}},
+	{"expired", func(s *Store, _ *fakeClock, k Key) (Row, error) {
+		return s.MarkExpired(context.Background(), k, "relay expired the item")
+	}},
+	{"settle", func(s *Store, _ *fakeClock, k Key) (Row, error) {
+		r, _, err := s.Settle(context.Background(), k.ItemID, k.Host)
+		return r, err
+	}},
+}
+
+// illegalState marks an expected refusal.
+const illegalState State = 0
+
+// wantTransition[op][from] is the state after op, or illegalState.
+var wantTransition = map[string]map[string]State{
+	"delivered": {"pending": StateDone},
+	"failed lan": {"pending": StatePending},
+	"failed relay": {"pending": StatePending, "relay-accepted+repush": StateRelayAccepted},
+	"rejected retryable": {"pending": StatePending, "relay-accepted+repush": StateRelayAccepted},
+	"rejected final relay": {"pending": StateRejected, "relay-accepted+repush": StateRejected},
+	"rejected final lan": {"pending": StateRejected},
+	"accepted": {"pending": StateRelayAccepted, "relay-accepted": StateRelayAccepted,
+		"relay-accepted+repush": StateRelayAccepted},
+	"expired": {"pending": StateExpired, "relay-accepted": StateExpired, "relay-accepted+repush": StateExpired},
+	"settle": {"pending": StateDone, "relay-accepted": StateDone, "relay-accepted+repush": StateDone,
+		"expired": StateDone, "unconfirmed": StateDone, "rejected": StateDone, "done": StateDone},
+}
+
+func TestTransitions(t *testing.T) {
+	for _, op := range transitionOps {
+		for _, from := range fromStates {
+			want := wantTransition[op.name][from.name]
+			t.Run(op.name+"/from "+from.name, func(t *testing.T) {
+				s, clk := openTest(t)
+				k := from.make(t, s, clk)
+				before := mustGet(t, s, k)
+				clk.Advance(time.Second)
+				got, err := op.do(s, clk, k)
+				after := mustGet(t, s, k)
+				mustCheck(t, s)
+				if want == illegalState {
+					var te *TransitionError
+					if !errors.As(err, &te) || !errors.Is(err, ErrTransition) {
+						t.Fatalf("%s from %s: err = %v, want a *TransitionError", op.name, from.name, err)
+					}
+					if te.From != before.State || te.Key != k {
+						t.Errorf("TransitionError = %+v, want From %s Key %s", te, before.State, k)
+					}
+					if !reflect.DeepEqual(after, before) {
+						t.Errorf("refused %s changed the row:\n got %+v\nwant %+v", op.name, after, before)
+					}
+					return
+				}
+				if err != nil {
+					t.Fatalf("%s from %s: %v", op.name, from.name, err)
+				}
+				if got.State != want || after.State != want {
+					t.Fatalf("%s from %s: state = %s (stored %s), want %s", op.name, from.name, got.State, after.State, want)
+				}
+				got.Wire = after.Wire
+				if !reflect.DeepEqual(got, after) {
+					t.Errorf("returned row differs from stored:\n got %+v\nwant %+v", got, after)
+				}
+				if !reflect.DeepEqual(after.Wire, before.Wire) {
+					t.Errorf("wire bytes changed")
+				}
+				if from.name == "done" && !reflect.DeepEqual(after, before) {
+					t.Errorf("settling a done row changed it")
+				}
+				if want.Ended() && after.EndedAt.IsZero() {
+					t.Errorf("ended row without ended_at")
+				}
+				if after.Attempts < before.Attempts {
+					t.Errorf("attempts went back: %d → %d", before.Attempts, after.Attempts)
+				}
+			})
+		}
+	}
+}
+
+func TestSettleReturnsPreviousState(t *testing.T) {
+	for _, from := range fromStates {
+		t.Run(from.name, func(t *testing.T) {
+			s, clk := openTest(t)
+			k := from.make(t, s, clk)
+			before := mustGet(t, s, k)
+			r, prev, err := s.Settle(context.Background(), k.ItemID, k.Host)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if prev != before.State || r.State != StateDone {
+				t.Errorf("Settle = (%s, prev %s), want (done, prev %s)", r.State, prev, before.State)
+			}
+			if r.LastError != "" || r.Reason != "" || r.Repush || !r.NextAt.IsZero() {
+				t.Errorf("settled row keeps %q %q repush=%v next_at=%v", r.LastError, r.Reason, r.Repush, r.NextAt)
+			}
+		})
+	}
+}
+
+func TestReceiptRows(t *testing.T) {
+	ctx := context.Background()
+	s, clk := openTest(t)
+	r := mustAdd(t, s, receiptRow("M9", "peer"))[0]
+	if r.MsgID != "M9" || r.Kind != KindReceipt {
+		t.Fatalf("receipt row = msg %q kind %s, want M9 receipt", r.MsgID, r.Kind)
+	}
+	// A receipt row is not settled by a delivery receipt.
+	_, _, err := s.Settle(ctx, r.ItemID, "peer")
+	if !errors.Is(err, ErrTransition) {
+		t.Fatalf("Settle(receipt row) err = %v, want ErrTransition", err)
+	}
+	// The relay's acceptance ends it done: receipts get no receipt of their own.
+	got, err := s.MarkRelayAccepted(ctx, r.Key(), acceptance(clk.Now(), "E1", 5))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.State != StateDone || got.Seq != 5 || got.Transport != TransportRelay {
+		t.Errorf("accepted receipt row = %s seq %d %s, want done seq 5 relay", got.State, got.Seq, got.Transport)
+	}
+	mustCheck(t, s)
+	if _, ok := AlertFor(got, false); ok {
+		t.Errorf("AlertFor(receipt row) ok = true, want false")
+	}
+
+	// Settling a message does not touch receipt rows that mention it.
+	r2 := mustAdd(t, s, receiptRow("M10", "peer"), envRow("M10", "peer"))
+	if _, _, err := s.Settle(ctx, "M10", "peer"); err != nil {
+		t.Fatal(err)
+	}
+	if st := mustGet(t, s, r2[0].Key()).State; st != StatePending {
+		t.Errorf("receipt row state after settling the envelope = %s, want pending", st)
+	}
+}
+
+func TestAttemptOnRelayAcceptedNeverLAN(t *testing.T) {
+	ctx := context.Background()
+	s, clk := openTest(t)
+	k := fromStates[2].make(t, s, clk) // relay-accepted + repush: due, but for the relay only
+	_, err := s.MarkAttemptFailed(ctx, k, TransportLAN, "x")
+	var te *TransitionError
+	if !errors.As(err, &te) || te.Cause == "" {
+		t.Fatalf("LAN failure on a re-push row: err = %v, want TransitionError with a cause", err)
+	}
+	if _, err := s.MarkDelivered(ctx, k); !errors.Is(err, ErrTransition) {
+		t.Fatalf("MarkDelivered on a relay-accepted row: err = %v, want ErrTransition", err)
+	}
+}

@@ -1,0 +1,868 @@
+package outbox
+
+import (
+	"bytes"
+	"encoding/binary"
+	"fmt"
+	"sort"
+	"time"
+
+	"go.etcd.io/bbolt"
+)
+
+// Tx is the outbox seen through one bbolt transaction: the caller's own (Store.In), or one that
+// Store.Update, Store.Batch or Store.View opened. It is valid only while that transaction is.
+//
+// Every mutating method validates its input and the row's state before it writes anything: when
+// it returns an error, nothing in the transaction has changed, and the caller may decide whether
+// to go on or roll back. Each method reads the Store's clock once.
+type Tx struct {
+	s   *Store
+	tx  *bbolt.Tx
+	b   buckets
+	err error // ErrNoBuckets when Open never ran on this database
+}
+
+// In returns the outbox view of tx, a transaction the caller opened on the Store's database.
+// Use it to commit an outbox change together with the caller's own buckets:
+//
+//	err := db.Update(func(tx *bbolt.Tx) error {
+//		if err := saveReceipt(tx, rec); err != nil {
+//			return err
+//		}
+//		_, _, err := store.In(tx).Settle(rec.Msg, host)
+//		return err
+//	})
+func (s *Store) In(tx *bbolt.Tx) *Tx {
+	b, err := openBuckets(tx)
+	return &Tx{s: s, tx: tx, b: b, err: err}
+}
+
+// Bolt returns the underlying bbolt transaction.
+func (t *Tx) Bolt() *bbolt.Tx { return t.tx }
+
+func (t *Tx) now() time.Time { return msTime(t.s.clock()) }
+
+func (t *Tx) readable(op string) error {
+	if t.err != nil {
+		return fmt.Errorf("outbox: %s: %w", op, t.err)
+	}
+	return nil
+}
+
+func (t *Tx) writable(op string) error {
+	if err := t.readable(op); err != nil {
+		return err
+	}
+	if !t.tx.Writable() {
+		return fmt.Errorf("outbox: %s: %w", op, ErrReadOnly)
+	}
+	return nil
+}
+
+// getRow reads and decodes the row at rk.
+func (t *Tx) getRow(rk []byte) (Row, error) {
+	v := t.b.rows.Get(rk)
+	if v == nil {
+		return Row{}, ErrNotFound
+	}
+	return decodeRow(v)
+}
+
+// withWire attaches a copy of the row's wire bytes.
+func (t *Tx) withWire(r *Row, rk []byte) error {
+	w := t.b.wire.Get(rk)
+	if w == nil {
+		return fmt.Errorf("%w: wire bytes of %s missing", ErrCorrupt, r.Key())
+	}
+	r.Wire = bytes.Clone(w)
+	return nil
+}
+
+// put writes new and moves every index entry from what old owned to what new owns. old is nil
+// for a new row. It is the only place rows are written, so the indexes cannot drift apart.
+func (t *Tx) put(old, r *Row) error {
+	if !r.due() {
+		r.NextAt = time.Time{}
+	}
+	rk := rowKey(r.Key())
+	ne := entriesOf(r, rk)
+	var oe indexEntries
+	if old != nil {
+		oe = entriesOf(old, rk)
+	}
+	empty := []byte{}
+	for _, ix := range []struct {
+		b            *bbolt.Bucket
+		oldK, newK   []byte
+		oldV, newV   []byte
+		compareValue bool
+	}{
+		{t.b.due, oe.due, ne.due, nil, empty, false},
+		{t.b.host, oe.host, ne.host, oe.hostVal, ne.hostVal, true},
+		{t.b.relay, oe.relay, ne.relay, nil, empty, false},
+		{t.b.deadline, oe.deadline, ne.deadline, nil, empty, false},
+		{t.b.ended, oe.ended, ne.ended, nil, empty, false},
+	} {
+		same := bytes.Equal(ix.oldK, ix.newK) && (ix.oldK == nil) == (ix.newK == nil)
+		if same && (!ix.compareValue || bytes.Equal(ix.oldV, ix.newV)) {
+			continue
+		}
+		if ix.oldK != nil && !same {
+			if err := ix.b.Delete(ix.oldK); err != nil {
+				return err
+			}
+		}
+		if ix.newK != nil {
+			if err := ix.b.Put(ix.newK, ix.newV); err != nil {
+				return err
+			}
+		}
+	}
+	return t.b.rows.Put(rk, encodeRow(r))
+}
+
+// remove deletes a row, its wire bytes and its index entries.
+func (t *Tx) remove(r *Row) error {
+	rk := rowKey(r.Key())
+	e := entriesOf(r, rk)
+	for _, ix := range []struct {
+		b *bbolt.Bucket
+		k []byte
+	}{{t.b.due, e.due}, {t.b.host, e.host}, {t.b.relay, e.relay}, {t.b.deadline, e.deadline}, {t.b.ended, e.ended}} {
+		if ix.k != nil {
+			if err := ix.b.Delete(ix.k); err != nil {
+				return err
+			}
+		}
+	}
+	if err := t.b.wire.Delete(rk); err != nil {
+		return err
+	}
+	return t.b.rows.Delete(rk)
+}
+
+// Add stores a new pending row and its wire bytes. The row is due at once (next_at = now) and
+// its deadline is now + the LAN deadline. A row with the same key is never replaced: Add
+// returns ErrExists and leaves it alone.
+func (t *Tx) Add(n NewRow) (Row, error) {
+	k := Key{ItemID: n.ItemID, Host: n.Host}
+	if err := t.writable("add " + k.String()); err != nil {
+		return Row{}, err
+	}
+	msg, err := n.check()
+	if err != nil {
+		return Row{}, fmt.Errorf("outbox: add %s: %w", k, err)
+	}
+	rk := rowKey(k)
+	if t.b.rows.Get(rk) != nil {
+		return Row{}, fmt.Errorf("outbox: add %s: %w", k, ErrExists)
+	}
+	now := t.now()
+	r := Row{
+		ItemID: n.ItemID, MsgID: msg, Host: n.Host, HostKey: n.HostKey, Kind: n.Kind,
+		Agent: n.Agent, Subject: n.Subject, State: StatePending, Transport: n.Transport,
+		CreatedAt: now, UpdatedAt: now, NextAt: now, Deadline: now.Add(t.s.lanDeadline),
+	}
+	wire := bytes.Clone(n.Wire)
+	if err := t.b.wire.Put(rk, wire); err != nil {
+		return Row{}, fmt.Errorf("outbox: add %s: %w", k, err)
+	}
+	if err := t.put(nil, &r); err != nil {
+		return Row{}, fmt.Errorf("outbox: add %s: %w", k, err)
+	}
+	r.Wire = wire
+	return r, nil
+}
+
+// Get returns one row with its wire bytes.
+func (t *Tx) Get(k Key) (Row, error) {
+	op := "get " + k.String()
+	if err := t.readable(op); err != nil {
+		return Row{}, err
+	}
+	if err := checkKey(k); err != nil {
+		return Row{}, fmt.Errorf("outbox: %s: %w", op, err)
+	}
+	rk := rowKey(k)
+	r, err := t.getRow(rk)
+	if err == nil {
+		err = t.withWire(&r, rk)
+	}
+	if err != nil {
+		return Row{}, fmt.Errorf("outbox: %s: %w", op, err)
+	}
+	return r, nil
+}
+
+// Due returns the rows whose next_at has come (next_at ≤ now), with their wire bytes, in
+// next_at order, at most limit of them (limit ≤ 0: all). It walks the due index only, so it
+// costs O(due rows) however many rows wait or have ended.
+//
+// Due rows are pending rows, and relay-accepted rows with Repush set (which go to the relay
+// only: relay-accepted rows are never sent over the LAN). Due does not write: a caller that may
+// run two passes at once (a LAN and a relay loop) uses Claim instead.
+func (t *Tx) Due(limit int) ([]Row, error) {
+	if err := t.readable("due"); err != nil {
+		return nil, err
+	}
+	rows, err := t.due(t.now(), limit)
+	if err != nil {
+		return nil, fmt.Errorf("outbox: due: %w", err)
+	}
+	return rows, nil
+}
+
+func (t *Tx) due(now time.Time, limit int) ([]Row, error) {
+	last := timeBits(now)
+	var out []Row
+	c := t.b.due.Cursor()
+	for k, _ := c.First(); k != nil; k, _ = c.Next() {
+		if len(k) < 9 {
+			return nil, fmt.Errorf("%w: due index key %x", ErrCorrupt, k)
+		}
+		if binary.BigEndian.Uint64(k) > last || (limit > 0 && len(out) >= limit) {
+			break
+		}
+		rk := k[8:]
+		r, err := t.getRow(rk)
+		if err != nil {
+			return nil, fmt.Errorf("%w: due index names a missing row (%v)", ErrCorrupt, err)
+		}
+		if err := t.withWire(&r, rk); err != nil {
+			return nil, err
+		}
+		out = append(out, r)
+	}
+	return out, nil
+}
+
+// NextDue returns the earliest next_at of any due-tracked row (it may be in the past), or
+// ok=false when no row waits. A daemon can sleep until then instead of polling.
+func (t *Tx) NextDue() (at time.Time, ok bool, err error) {
+	if err := t.readable("next due"); err != nil {
+		return time.Time{}, false, err
+	}
+	k, _ := t.b.due.Cursor().First()
+	if k == nil {
+		return time.Time{}, false, nil
+	}
+	if len(k) < 9 {
+		return time.Time{}, false, fmt.Errorf("outbox: next due: %w: due index key %x", ErrCorrupt, k)
+	}
+	return bitsTime(binary.BigEndian.Uint64(k)), true, nil
+}
+
+// Claim is Due for a caller that sends from more than one goroutine: it returns the due rows
+// (with wire bytes) and moves each one's next_at to now + lease, so another pass does not pick it
+// while this attempt runs. The attempt's outcome (MarkAttemptFailed, MarkDelivered, …) replaces
+// the lease; if the process dies first, the row is due again when the lease runs out. Claim does
+// not count an attempt.
+func (t *Tx) Claim(limit int, lease time.Duration) ([]Row, error) {
+	if err := t.writable("claim"); err != nil {
+		return nil, err
+	}
+	if lease <= 0 {
+		return nil, fmt.Errorf("outbox: claim: %w: lease %v is not positive", ErrInvalid, lease)
+	}
+	now := t.now()
+	rows, err := t.due(now, limit)
+	if err != nil {
+		return nil, fmt.Errorf("outbox: claim: %w", err)
+	}
+	until := msTime(now.Add(lease))
+	for i := range rows {
+		old := rows[i]
+		old.Wire = nil
+		r := old
+		r.NextAt, r.UpdatedAt = until, now
+		if err := t.put(&old, &r); err != nil {
+			return nil, fmt.Errorf("outbox: claim: %w", err)
+		}
+		r.Wire = rows[i].Wire
+		rows[i] = r
+	}
+	return rows, nil
+}
+
+// mutate runs one transition on one row: fn changes r (a copy of the stored row) or returns an
+// error, in which case nothing is written.
+func (t *Tx) mutate(op string, k Key, fn func(r *Row, now time.Time) error) (Row, error) {
+	opk := fmt.Sprintf("%s %s", op, k)
+	if err := t.writable(opk); err != nil {
+		return Row{}, err
+	}
+	if err := checkKey(k); err != nil {
+		return Row{}, fmt.Errorf("outbox: %s: %w", opk, err)
+	}
+	old, err := t.getRow(rowKey(k))
+	if err != nil {
+		return Row{}, fmt.Errorf("outbox: %s: %w", opk, err)
+	}
+	r := old
+	now := t.now()
+	if err := fn(&r, now); err != nil {
+		return Row{}, err
+	}
+	r.UpdatedAt = now
+	if err := t.put(&old, &r); err != nil {
+		return Row{}, fmt.Errorf("outbox: %s: %w", opk, err)
+	}
+	return r, nil
+}
+
+func illegal(op string, r *Row, cause string) error {
+	return &TransitionError{Op: op, Key: r.Key(), From: r.State, Cause: cause}
+}
+
+// attemptable checks that an attempt over tr may be recorded on r: a pending row, or a
+// relay-accepted row flagged for re-push when tr is the relay.
+func attemptable(op string, r *Row, tr Transport) error {
+	switch r.State {
+	case StatePending:
+		return nil
+	case StateRelayAccepted:
+		if tr != TransportRelay {
+			return illegal(op, r, "relay-accepted rows are never sent over the LAN")
+		}
+		if !r.Repush {
+			return illegal(op, r, "the row is not flagged for a re-push")
+		}
+		return nil
+	}
+	return illegal(op, r, "")
+}
+
+func checkTransport(tr Transport) error {
+	if tr != TransportLAN && tr != TransportRelay {
+		return fmt.Errorf("%w: transport must be lan or relay, got %q", ErrInvalid, tr.String())
+	}
+	return nil
+}
+
+// MarkDelivered ends a pending row done: the target host answered over the LAN that it stored
+// the envelope (or receipt). It counts the attempt and records the LAN as the transport.
+// A relay-accepted row is settled by its delivery receipt (Settle), never by a LAN send.
+func (t *Tx) MarkDelivered(k Key) (Row, error) {
+	const op = "mark delivered"
+	return t.mutate(op, k, func(r *Row, now time.Time) error {
+		if r.State != StatePending {
+			return illegal(op, r, "")
+		}
+		r.State, r.EndedAt, r.Transport = StateDone, now, TransportLAN
+		r.Attempts++
+		r.LastError, r.Reason = "", ""
+		return nil
+	})
+}
+
+// MarkAttemptFailed records a failed attempt over tr (lan or relay): attempts + 1, lan_failures
+// + 1 for the LAN, last_error = errText (cleaned of control characters, cut to MaxText), and
+// next_at = now + Backoff(attempts before this one). It applies to pending rows and to
+// relay-accepted rows flagged for a re-push (relay only).
+func (t *Tx) MarkAttemptFailed(k Key, tr Transport, errText string) (Row, error) {
+	const op = "mark failed"
+	if err := checkTransport(tr); err != nil {
+		return Row{}, fmt.Errorf("outbox: %s %s: %w", op, k, err)
+	}
+	return t.mutate(op, k, func(r *Row, now time.Time) error {
+		if err := attemptable(op, r, tr); err != nil {
+			return err
+		}
+		r.NextAt = now.Add(Backoff(r.Attempts))
+		r.Attempts++
+		if tr == TransportLAN {
+			r.LANFailures++
+		}
+		r.Transport, r.LastError = tr, cleanText(errText)
+		return nil
+	})
+}
+
+// MarkRejected records that the peer (LAN) or the relay refused the item. A retryable rejection
+// (a relay quota or rate limit: "rejected:quota:*", rate) keeps the row where it is with the
+// reason in last_error and next_at by backoff; any other ends it rejected with the reason, and
+// the caller alerts the sender (Alert). It applies where MarkAttemptFailed does. reason must not
+// be empty.
+func (t *Tx) MarkRejected(k Key, tr Transport, reason string, retryable bool) (Row, error) {
+	const op = "mark rejected"
+	if err := checkTransport(tr); err != nil {
+		return Row{}, fmt.Errorf("outbox: %s %s: %w", op, k, err)
+	}
+	reason = cleanText(reason)
+	if reason == "" {
+		return Row{}, fmt.Errorf("outbox: %s %s: %w: empty reason", op, k, ErrInvalid)
+	}
+	return t.mutate(op, k, func(r *Row, now time.Time) error {
+		if err := attemptable(op, r, tr); err != nil {
+			return err
+		}
+		delay := Backoff(r.Attempts)
+		r.Attempts++
+		r.Transport, r.LastError = tr, reason
+		if retryable {
+			r.NextAt = now.Add(delay)
+			return nil
+		}
+		r.State, r.Reason, r.EndedAt, r.Repush = StateRejected, reason, now, false
+		return nil
+	})
+}
+
+// Acceptance is a relay accept statement for one row's target, already verified by the caller
+// (signature by the pinned relay key; item_id, host_pubkey and wire_hash matching the row).
+type Acceptance struct {
+	Relay      string        // relay URL
+	Epoch      string        // relay epoch in the statement
+	Seq        int64         // the target's seq in the statement (> 0)
+	Statement  []byte        // the statement bytes exactly as signed (canonical JSON)
+	Sig        string        // the relay's signature over Statement (base64)
+	AcceptedAt time.Time     // the statement's "at"
+	Retention  time.Duration // the relay's retention (limits.retention_days)
+}
+
+func (a *Acceptance) check() error {
+	if err := checkText("relay", a.Relay, MaxText, false); err != nil {
+		return err
+	}
+	if err := checkText("epoch", a.Epoch, 256, false); err != nil {
+		return err
+	}
+	if a.Seq <= 0 {
+		return fmt.Errorf("%w: seq %d is not positive", ErrInvalid, a.Seq)
+	}
+	if len(a.Statement) == 0 || len(a.Statement) > MaxStatement {
+		return fmt.Errorf("%w: accept statement is empty or longer than %d bytes", ErrInvalid, MaxStatement)
+	}
+	if err := checkText("statement signature", a.Sig, 512, false); err != nil {
+		return err
+	}
+	if a.AcceptedAt.IsZero() {
+		return fmt.Errorf("%w: accepted_at is zero", ErrInvalid)
+	}
+	if a.Retention <= 0 {
+		return fmt.Errorf("%w: retention %v is not positive", ErrInvalid, a.Retention)
+	}
+	return nil
+}
+
+// MarkRelayAccepted records a verified accept statement. An envelope row becomes (or, after a
+// re-push, stays) relay-accepted: it leaves the due index, is listed under its relay, and its
+// deadline becomes accepted_at + retention + grace (24 h). A receipt row ends done (receipts
+// get no delivery receipt of their own). It applies to pending and relay-accepted rows; an
+// acceptance under a new epoch replaces the old relay fields and clears Repush.
+func (t *Tx) MarkRelayAccepted(k Key, a Acceptance) (Row, error) {
+	const op = "mark accepted"
+	if err := a.check(); err != nil {
+		return Row{}, fmt.Errorf("outbox: %s %s: %w", op, k, err)
+	}
+	return t.mutate(op, k, func(r *Row, now time.Time) error {
+		if !r.State.Active() {
+			return illegal(op, r, "")
+		}
+		r.Attempts++
+		r.Transport = TransportRelay
+		r.Relay, r.Epoch, r.Seq = a.Relay, a.Epoch, a.Seq
+		r.AcceptedAt = msTime(a.AcceptedAt)
+		r.Statement, r.StatementSig = bytes.Clone(a.Statement), a.Sig
+		r.Repush, r.LastError = false, ""
+		if r.Kind == KindReceipt {
+			r.State, r.EndedAt = StateDone, now
+			return nil
+		}
+		r.State = StateRelayAccepted
+		r.Deadline = msTime(r.AcceptedAt.Add(a.Retention + t.s.grace))
+		return nil
+	})
+}
+
+// MarkExpired ends an active row expired with reason (for example the relay's signed expiry
+// notice for a relay-accepted row, or a peer that was removed). The caller alerts the sender.
+func (t *Tx) MarkExpired(k Key, reason string) (Row, error) {
+	const op = "mark expired"
+	reason = cleanText(reason)
+	if reason == "" {
+		return Row{}, fmt.Errorf("outbox: %s %s: %w: empty reason", op, k, ErrInvalid)
+	}
+	return t.mutate(op, k, func(r *Row, now time.Time) error {
+		if !r.State.Active() {
+			return illegal(op, r, "")
+		}
+		r.State, r.Reason, r.EndedAt, r.Repush = StateExpired, reason, now, false
+		return nil
+	})
+}
+
+// Settle applies a delivery receipt (state delivered or later) from host for message msgID:
+// the envelope row (msgID, host) ends done. It returns the row and the state it was in.
+//
+//   - pending or relay-accepted → done.
+//   - done → unchanged (receipts repeat: delivered, then notified, read, acked); no write.
+//   - expired, unconfirmed or rejected → done: the mail arrived after all, later than we
+//     thought. The caller may tell the sender, since an alert already went out.
+//
+// A receipt row (item id "receipt:…") cannot be settled (TransitionError).
+func (t *Tx) Settle(msgID, host string) (Row, State, error) {
+	const op = "settle"
+	k := Key{ItemID: msgID, Host: host}
+	opk := op + " " + k.String()
+	if err := t.writable(opk); err != nil {
+		return Row{}, 0, err
+	}
+	if err := checkKey(k); err != nil {
+		return Row{}, 0, fmt.Errorf("outbox: %s: %w", opk, err)
+	}
+	old, err := t.getRow(rowKey(k))
+	if err != nil {
+		return Row{}, 0, fmt.Errorf("outbox: %s: %w", opk, err)
+	}
+	if old.Kind == KindReceipt {
+		return Row{}, 0, illegal(op, &old, "receipt rows end when the relay or the peer accepts them")
+	}
+	if old.State == StateDone {
+		return old, StateDone, nil
+	}
+	r, err := t.mutate(op, k, func(r *Row, now time.Time) error {
+		r.State, r.EndedAt, r.Repush = StateDone, now, false
+		r.LastError, r.Reason = "", ""
+		return nil
+	})
+	if err != nil {
+		return Row{}, 0, err
+	}
+	return r, old.State, nil
+}
+
+// Sweep ends the active rows whose deadline has passed, at most limit of them (limit ≤ 0: all),
+// and returns them so the caller can alert their senders (Alert):
+//
+//   - pending, created more than the LAN deadline (72 h) ago → expired;
+//   - relay-accepted with no delivery receipt by accepted_at + retention + 24 h → unconfirmed.
+//
+// It walks the deadline index only: O(rows whose deadline passed).
+func (t *Tx) Sweep(limit int) ([]Row, error) {
+	if err := t.writable("sweep"); err != nil {
+		return nil, err
+	}
+	now := t.now()
+	last := timeBits(now)
+	var rks [][]byte
+	c := t.b.deadline.Cursor()
+	for k, _ := c.First(); k != nil; k, _ = c.Next() {
+		if len(k) < 9 {
+			return nil, fmt.Errorf("outbox: sweep: %w: deadline index key %x", ErrCorrupt, k)
+		}
+		if binary.BigEndian.Uint64(k) > last || (limit > 0 && len(rks) >= limit) {
+			break
+		}
+		rks = append(rks, bytes.Clone(k[8:]))
+	}
+	olds, err := t.loadRows(rks, "deadline")
+	if err != nil {
+		return nil, fmt.Errorf("outbox: sweep: %w", err)
+	}
+	for _, old := range olds {
+		if !old.State.Active() {
+			return nil, fmt.Errorf("outbox: sweep: %w: %s in the deadline index is %s", ErrCorrupt, old.Key(), old.State)
+		}
+	}
+	out := make([]Row, 0, len(olds))
+	for _, old := range olds {
+		r := old
+		if r.State == StatePending {
+			r.State = StateExpired
+			r.Reason = "not delivered within " + fmtDur(t.s.lanDeadline)
+		} else {
+			r.State = StateUnconfirmed
+			r.Reason = fmt.Sprintf("no delivery receipt by %s (relay %s accepted it at %s)",
+				r.Deadline.Format(isoLayout), r.Relay, r.AcceptedAt.Format(isoLayout))
+		}
+		r.EndedAt, r.UpdatedAt, r.Repush = now, now, false
+		if err := t.put(&old, &r); err != nil {
+			return nil, fmt.Errorf("outbox: sweep: %w", err)
+		}
+		out = append(out, r)
+	}
+	return out, nil
+}
+
+// loadRows reads the rows named by rks. It fails with ErrCorrupt when one is missing: callers
+// load everything before they write anything.
+func (t *Tx) loadRows(rks [][]byte, index string) ([]Row, error) {
+	out := make([]Row, 0, len(rks))
+	for _, rk := range rks {
+		r, err := t.getRow(rk)
+		if err != nil {
+			return nil, fmt.Errorf("%w: %s index names a missing or bad row %q (%v)", ErrCorrupt, index, rk, err)
+		}
+		out = append(out, r)
+	}
+	return out, nil
+}
+
+// scanPrefix returns copies of the keys of b that start with prefix, and their values.
+func scanPrefix(b *bbolt.Bucket, prefix []byte) (keys, vals [][]byte, plen int) {
+	c := b.Cursor()
+	for k, v := c.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, v = c.Next() {
+		keys = append(keys, bytes.Clone(k))
+		vals = append(vals, bytes.Clone(v))
+	}
+	return keys, vals, len(prefix)
+}
+
+// stripPrefix turns scanPrefix's index keys into row keys.
+func stripPrefix(keys, _ [][]byte, plen int) [][]byte {
+	out := make([][]byte, len(keys))
+	for i, k := range keys {
+		out[i] = k[plen:]
+	}
+	return out
+}
+
+// MakeDue makes every due-tracked row for host due now (next_at = now) — for when a verified
+// inbound hop shows the host is up again. Attempts and backoff counters are kept. It walks the
+// host index only (the host's active rows) and returns how many rows it moved.
+func (t *Tx) MakeDue(host string) (int, error) {
+	op := "make due " + host
+	if err := t.writable(op); err != nil {
+		return 0, err
+	}
+	if !validHost(host) {
+		return 0, fmt.Errorf("outbox: %s: %w: host %q is not a host name", op, ErrInvalid, host)
+	}
+	now := t.now()
+	last := timeBits(now)
+	prefix := prefixOf(host)
+	keys, vals, _ := scanPrefix(t.b.host, prefix)
+	var rks [][]byte
+	for i, k := range keys {
+		if len(vals[i]) == 8 && binary.BigEndian.Uint64(vals[i]) > last {
+			rks = append(rks, k[len(prefix):]) // due-tracked and not yet due
+		}
+	}
+	olds, err := t.loadRows(rks, "host")
+	if err != nil {
+		return 0, fmt.Errorf("outbox: %s: %w", op, err)
+	}
+	for _, old := range olds {
+		r := old
+		r.NextAt, r.UpdatedAt = now, now
+		if err := t.put(&old, &r); err != nil {
+			return 0, fmt.Errorf("outbox: %s: %w", op, err)
+		}
+	}
+	return len(olds), nil
+}
+
+// RepushRelay flags for a re-push every relay-accepted row at relay whose acceptance was not
+// under epoch (epoch "" flags them all), for when the relay shows a new epoch: its store may have
+// lost what it accepted. A flagged row stays relay-accepted — it is never sent over the LAN, its
+// deadline stands, its delivery receipt still settles it — but enters the due index (next_at =
+// now), so the next pass pushes its stored wire bytes to the relay again. The push's accept
+// statement (MarkRelayAccepted) clears the flag; failures back off like pending rows. Rows already
+// flagged are left as they are. It returns how many rows it flagged; O(the relay's accepted rows).
+func (t *Tx) RepushRelay(relay, epoch string) (int, error) {
+	op := "repush " + relay
+	if err := t.writable(op); err != nil {
+		return 0, err
+	}
+	if err := checkText("relay", relay, MaxText, false); err != nil {
+		return 0, fmt.Errorf("outbox: %s: %w", op, err)
+	}
+	now := t.now()
+	prefix := prefixOf(relay)
+	olds, err := t.loadRows(stripPrefix(scanPrefix(t.b.relay, prefix)), "relay")
+	if err != nil {
+		return 0, fmt.Errorf("outbox: %s: %w", op, err)
+	}
+	n := 0
+	for _, old := range olds {
+		if old.Repush || (epoch != "" && old.Epoch == epoch) {
+			continue
+		}
+		r := old
+		r.Repush, r.NextAt, r.UpdatedAt = true, now, now
+		if err := t.put(&old, &r); err != nil {
+			return 0, fmt.Errorf("outbox: %s: %w", op, err)
+		}
+		n++
+	}
+	return n, nil
+}
+
+// RelayAccepted returns the relay-accepted rows at relay (without wire bytes), in key order.
+func (t *Tx) RelayAccepted(relay string) ([]Row, error) {
+	op := "relay accepted " + relay
+	if err := t.readable(op); err != nil {
+		return nil, err
+	}
+	if err := checkText("relay", relay, MaxText, false); err != nil {
+		return nil, fmt.Errorf("outbox: %s: %w", op, err)
+	}
+	prefix := prefixOf(relay)
+	out, err := t.loadRows(stripPrefix(scanPrefix(t.b.relay, prefix)), "relay")
+	if err != nil {
+		return nil, fmt.Errorf("outbox: %s: %w", op, err)
+	}
+	return out, nil
+}
+
+// RebindHost sets the host key of every active row for host to hostKey (after the peer rotated
+// its host key: relay pushes must address the new key). Ended rows keep the key they had. It
+// returns how many rows changed; O(the host's active rows).
+func (t *Tx) RebindHost(host, hostKey string) (int, error) {
+	op := "rebind " + host
+	if err := t.writable(op); err != nil {
+		return 0, err
+	}
+	if !validHost(host) {
+		return 0, fmt.Errorf("outbox: %s: %w: host %q is not a host name", op, ErrInvalid, host)
+	}
+	if !validHostKey(hostKey) {
+		return 0, fmt.Errorf("outbox: %s: %w: host key is not a base64 Ed25519 public key", op, ErrInvalid)
+	}
+	now := t.now()
+	prefix := prefixOf(host)
+	olds, err := t.loadRows(stripPrefix(scanPrefix(t.b.host, prefix)), "host")
+	if err != nil {
+		return 0, fmt.Errorf("outbox: %s: %w", op, err)
+	}
+	n := 0
+	for _, old := range olds {
+		if old.HostKey == hostKey {
+			continue
+		}
+		r := old
+		r.HostKey, r.UpdatedAt = hostKey, now
+		if err := t.put(&old, &r); err != nil {
+			return 0, fmt.Errorf("outbox: %s: %w", op, err)
+		}
+		n++
+	}
+	return n, nil
+}
+
+// ByItem returns every row of one item (one per target host, in host order), without wire
+// bytes. For an envelope the item id is the message id, so this is "where did message X go".
+func (t *Tx) ByItem(itemID string) ([]Row, error) {
+	op := "by item " + itemID
+	if err := t.readable(op); err != nil {
+		return nil, err
+	}
+	if err := checkText("item id", itemID, MaxItemID, false); err != nil {
+		return nil, fmt.Errorf("outbox: %s: %w", op, err)
+	}
+	prefix := prefixOf(itemID)
+	var out []Row
+	c := t.b.rows.Cursor()
+	for k, v := c.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, v = c.Next() {
+		r, err := decodeRow(v)
+		if err != nil {
+			return nil, fmt.Errorf("outbox: %s: %w", op, err)
+		}
+		out = append(out, r)
+	}
+	return out, nil
+}
+
+// Filter selects rows for List.
+type Filter struct {
+	// Active keeps only pending and relay-accepted rows; List then walks the host index instead
+	// of every row.
+	Active bool
+	// Host keeps only rows for this host ("" = all hosts).
+	Host string
+	// Limit stops after this many rows (≤ 0: no limit).
+	Limit int
+}
+
+// List returns rows without wire bytes, ordered by (created_at, item id, host): for
+// `agentmbx outbox`. Without Active it reads every row, ended ones included.
+func (t *Tx) List(f Filter) ([]Row, error) {
+	if err := t.readable("list"); err != nil {
+		return nil, err
+	}
+	if f.Host != "" && !validHost(f.Host) {
+		return nil, fmt.Errorf("outbox: list: %w: host %q is not a host name", ErrInvalid, f.Host)
+	}
+	var out []Row
+	if f.Active {
+		var prefix []byte
+		if f.Host != "" {
+			prefix = prefixOf(f.Host)
+		}
+		c := t.b.host.Cursor()
+		for k, _ := c.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, _ = c.Next() {
+			i := bytes.IndexByte(k, 0)
+			if i < 0 {
+				return nil, fmt.Errorf("outbox: list: %w: host index key %q", ErrCorrupt, k)
+			}
+			r, err := t.getRow(k[i+1:])
+			if err != nil {
+				return nil, fmt.Errorf("outbox: list: %w: host index names a missing row (%v)", ErrCorrupt, err)
+			}
+			out = append(out, r)
+		}
+	} else {
+		err := t.b.rows.ForEach(func(k, v []byte) error {
+			r, err := decodeRow(v)
+			if err != nil {
+				return err
+			}
+			if f.Host == "" || r.Host == f.Host {
+				out = append(out, r)
+			}
+			return nil
+		})
+		if err != nil {
+			return nil, fmt.Errorf("outbox: list: %w", err)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool {
+		a, b := &out[i], &out[j]
+		if !a.CreatedAt.Equal(b.CreatedAt) {
+			return a.CreatedAt.Before(b.CreatedAt)
+		}
+		if a.ItemID != b.ItemID {
+			return a.ItemID < b.ItemID
+		}
+		return a.Host < b.Host
+	})
+	if f.Limit > 0 && len(out) > f.Limit {
+		out = out[:f.Limit]
+	}
+	return out, nil
+}
+
+// Prune deletes ended rows (done, expired, unconfirmed, rejected) that ended before before,
+// with their wire bytes: at most limit of them (limit ≤ 0: all). Active rows are never pruned.
+// It walks the ended index only and returns how many rows it deleted.
+func (t *Tx) Prune(before time.Time, limit int) (int, error) {
+	if err := t.writable("prune"); err != nil {
+		return 0, err
+	}
+	if before.IsZero() {
+		return 0, fmt.Errorf("outbox: prune: %w: zero time", ErrInvalid)
+	}
+	var rks [][]byte
+	c := t.b.ended.Cursor()
+	for k, _ := c.First(); k != nil; k, _ = c.Next() {
+		if len(k) < 9 {
+			return 0, fmt.Errorf("outbox: prune: %w: ended index key %x", ErrCorrupt, k)
+		}
+		if !bitsTime(binary.BigEndian.Uint64(k)).Before(before) || (limit > 0 && len(rks) >= limit) {
+			break
+		}
+		rks = append(rks, bytes.Clone(k[8:]))
+	}
+	olds, err := t.loadRows(rks, "ended")
+	if err != nil {
+		return 0, fmt.Errorf("outbox: prune: %w", err)
+	}
+	for i := range olds {
+		if err := t.remove(&olds[i]); err != nil {
+			return 0, fmt.Errorf("outbox: prune: %w", err)
+		}
+	}
+	return len(olds), nil
+}
