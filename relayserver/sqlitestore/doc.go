@@ -1,0 +1,36 @@
+// Package sqlitestore is the relay's SQLite store: the relayserver.Store the relay core keeps all
+// of its state in (spec §2).
+//
+// # Layout
+//
+// One directory holds relay.db (with its -wal and -shm files) and relay.lock. relay.key, the
+// relay's identity, lives beside them but belongs to the relay, not to the store. The database
+// runs in WAL mode with synchronous=FULL, so a committed transaction survives a crash of the
+// process or of the machine.
+//
+// # One writer
+//
+// A process holds relay.lock (flock) for as long as the store is open; a second process waits
+// Options.LockWait and then fails with relayserver.ErrLocked naming the holder's pid. Inside the
+// process one goroutine owns the write connection. Update hands it a unit; the writer opens a
+// transaction with the first waiting unit, runs each further unit that is already queued in a
+// savepoint of its own, and commits once (group commit). Each caller returns only after the
+// commit that holds its unit: a unit that fails is rolled back alone, a commit that fails fails
+// every unit in it with relayserver.ErrCommit. Reads use other connections and see committed
+// state only.
+//
+// # Schema
+//
+// Tables: meta (epoch, relay_pubkey, schema_version, heartbeat), enrolments, sender_lists with
+// sender_list_members, enc_ads, items, dedup, seqs, acked, and usage (queue counters that make
+// quota checks O(1)). Open creates a new store with a random epoch, migrates an older schema in
+// one transaction that keeps the epoch, and refuses a newer one with
+// relayserver.ErrSchemaTooNew.
+//
+// # Caveats
+//
+// Sequence numbers are max(next_seq, accepted_at in ms), so they are large (about 1.7e12) and
+// not dense; they never repeat for a target, even after a restore from an older copy as long as
+// the clock has moved on. The failpoints relay.before-commit and relay.after-commit (package
+// failpoint) let crash tests kill the process at either side of a commit.
+package sqlitestore

@@ -1,0 +1,139 @@
+package sqlitestore
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/agentmbx/agentmbx/relayserver"
+)
+
+// Enrolment implements relayserver.Store.
+func (s *Store) Enrolment(ctx context.Context, pubkey string) (relayserver.Enrolment, error) {
+	e, err := getEnrolment(ctx, s.db, pubkey)
+	if err != nil && err != relayserver.ErrNotFound {
+		return e, fmt.Errorf("sqlitestore: enrolment: %w", err)
+	}
+	return e, err
+}
+
+// EnrolmentsByName implements relayserver.Store.
+func (s *Store) EnrolmentsByName(ctx context.Context, name string, limit int) ([]relayserver.Enrolment, error) {
+	rows, err := s.db.QueryContext(ctx, "SELECT "+enrolmentCols+` FROM enrolments
+WHERE host_name = ? COLLATE NOCASE AND revoked_at IS NULL ORDER BY enrolled_at, host_pubkey LIMIT ?`,
+		name, limit)
+	if err != nil {
+		return nil, fmt.Errorf("sqlitestore: enrolments by name: %w", err)
+	}
+	defer rows.Close()
+	var out []relayserver.Enrolment
+	for rows.Next() {
+		e, err := scanEnrolment(rows)
+		if err != nil {
+			return nil, fmt.Errorf("sqlitestore: enrolments by name: %w", err)
+		}
+		out = append(out, e)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("sqlitestore: enrolments by name: %w", err)
+	}
+	return out, nil
+}
+
+// EncAd implements relayserver.Store.
+func (s *Store) EncAd(ctx context.Context, pubkey string) (relayserver.EncAd, error) {
+	ad, err := getEncAd(ctx, s.db, pubkey)
+	if err != nil && err != relayserver.ErrNotFound {
+		return ad, fmt.Errorf("sqlitestore: %w", err)
+	}
+	return ad, err
+}
+
+// SenderList implements relayserver.Store.
+func (s *Store) SenderList(ctx context.Context, target string) (relayserver.SenderList, error) {
+	l, err := getSenderList(ctx, s.db, target)
+	if err != nil && err != relayserver.ErrNotFound {
+		return l, fmt.Errorf("sqlitestore: %w", err)
+	}
+	return l, err
+}
+
+// Head implements relayserver.Store.
+func (s *Store) Head(ctx context.Context, target string) (relayserver.Head, error) {
+	h, err := getHead(ctx, s.db, target)
+	if err != nil {
+		return h, fmt.Errorf("sqlitestore: %w", err)
+	}
+	return h, nil
+}
+
+// Pull implements relayserver.Store. It reads in one transaction: sizes first (never touching
+// the wire columns), to cut the page, then the wires of the page only.
+func (s *Store) Pull(ctx context.Context, target string, after int64, limit int, maxBytes int64) (relayserver.Page, error) {
+	var p relayserver.Page
+	if limit < 1 {
+		limit = 1
+	}
+	conn, err := s.db.Conn(ctx)
+	if err != nil {
+		return p, fmt.Errorf("sqlitestore: pull: %w", err)
+	}
+	defer conn.Close()
+	if _, err := conn.ExecContext(ctx, "BEGIN"); err != nil {
+		return p, fmt.Errorf("sqlitestore: pull: %w", err)
+	}
+	defer func() { _, _ = conn.ExecContext(context.Background(), "ROLLBACK") }()
+	if p.Head, err = getHead(ctx, conn, target); err != nil {
+		return p, fmt.Errorf("sqlitestore: pull: %w", err)
+	}
+	rows, err := conn.QueryContext(ctx, `SELECT seq, bytes FROM items WHERE target_pubkey = ? AND seq > ?
+ORDER BY seq LIMIT ?`, target, after, limit+1)
+	if err != nil {
+		return p, fmt.Errorf("sqlitestore: pull: %w", err)
+	}
+	var n int
+	var total, last int64
+	for rows.Next() {
+		var seq, b int64
+		if err := rows.Scan(&seq, &b); err != nil {
+			rows.Close()
+			return p, fmt.Errorf("sqlitestore: pull: %w", err)
+		}
+		if n == limit || (n > 0 && total+b > maxBytes) {
+			p.More = true
+			break
+		}
+		n++
+		total += b
+		last = seq
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return p, fmt.Errorf("sqlitestore: pull: %w", err)
+	}
+	if n == 0 {
+		return p, nil
+	}
+	rows, err = conn.QueryContext(ctx, `SELECT seq, kind, item_id, sender_pubkey, wire_hash, accepted_at,
+	expires_at, wire FROM items WHERE target_pubkey = ? AND seq > ? AND seq <= ? ORDER BY seq`,
+		target, after, last)
+	if err != nil {
+		return p, fmt.Errorf("sqlitestore: pull: %w", err)
+	}
+	defer rows.Close()
+	p.Items = make([]relayserver.Item, 0, n)
+	for rows.Next() {
+		it := relayserver.Item{Target: target}
+		var kind string
+		var acc, exp int64
+		if err := rows.Scan(&it.Seq, &kind, &it.ItemID, &it.Sender, &it.WireHash, &acc, &exp, &it.Wire); err != nil {
+			return p, fmt.Errorf("sqlitestore: pull: %w", err)
+		}
+		it.Kind = relayserver.Kind(kind)
+		it.AcceptedAt, it.ExpiresAt = fromMS(acc), fromMS(exp)
+		p.Items = append(p.Items, it)
+	}
+	if err := rows.Err(); err != nil {
+		return p, fmt.Errorf("sqlitestore: pull: %w", err)
+	}
+	return p, nil
+}

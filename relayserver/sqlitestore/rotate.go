@@ -1,0 +1,143 @@
+package sqlitestore
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/agentmbx/agentmbx/relayserver"
+)
+
+// Rotate implements relayserver.Tx. Every step runs in the caller's unit, so a failure anywhere
+// leaves the old key exactly as it was.
+func (t *tx) Rotate(r relayserver.Rotation) (relayserver.RotateResult, error) {
+	var res relayserver.RotateResult
+	old, err := t.Enrolment(r.OldPubkey)
+	if err != nil {
+		return res, fmt.Errorf("rotate: old key: %w", err)
+	}
+	nw, err := t.Enrolment(r.NewPubkey)
+	switch {
+	case errors.Is(err, relayserver.ErrNotFound):
+		nw = relayserver.Enrolment{HostPubkey: r.NewPubkey, EnrolledAt: r.At}
+	case err != nil:
+		return res, fmt.Errorf("rotate: new key: %w", err)
+	case !nw.Live():
+		return res, fmt.Errorf("rotate: new key: %w", relayserver.ErrRevoked)
+	}
+	if !old.Live() {
+		if nw.HostName != "" && nw.Live() {
+			return res, nil // a retried rotation: already applied
+		}
+		return res, fmt.Errorf("rotate: old key: %w", relayserver.ErrRevoked)
+	}
+
+	// Revoke the old key first so the new one can take its name inside the account.
+	if _, err := t.q.ExecContext(bg, "UPDATE enrolments SET revoked_at = ? WHERE host_pubkey = ?",
+		ms(r.At), r.OldPubkey); err != nil {
+		return res, fmt.Errorf("rotate: revoke: %w", err)
+	}
+	nw.HostName = r.HostName
+	if nw.HostName == "" {
+		nw.HostName = old.HostName
+	}
+	nw.OwnerFP = old.OwnerFP
+	if old.AuthorityRank >= nw.AuthorityRank {
+		nw.Account, nw.Org, nw.AuthorizedBy, nw.AuthorityRank =
+			old.Account, old.Org, old.AuthorizedBy, old.AuthorityRank
+	}
+	if err := t.PutEnrolment(nw); err != nil {
+		return res, fmt.Errorf("rotate: %w", err)
+	}
+
+	// Re-sequence the old queue after whatever the new key already has, in order.
+	type row struct {
+		seq            int64
+		sender, itemID string
+		accepted       int64
+	}
+	rows, err := t.q.QueryContext(bg, `SELECT seq, sender_pubkey, item_id, accepted_at FROM items
+WHERE target_pubkey = ? ORDER BY seq`, r.OldPubkey)
+	if err != nil {
+		return res, fmt.Errorf("rotate: queue: %w", err)
+	}
+	var queue []row
+	for rows.Next() {
+		var x row
+		if err := rows.Scan(&x.seq, &x.sender, &x.itemID, &x.accepted); err != nil {
+			rows.Close()
+			return res, fmt.Errorf("rotate: queue: %w", err)
+		}
+		queue = append(queue, x)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return res, fmt.Errorf("rotate: queue: %w", err)
+	}
+	for _, x := range queue {
+		if _, err := t.Dedup(x.sender, x.itemID, r.NewPubkey); err == nil {
+			// The new key already holds this item from this sender: the old copy is a repeat.
+			if _, err := t.q.ExecContext(bg, "DELETE FROM items WHERE target_pubkey = ? AND seq = ?",
+				r.OldPubkey, x.seq); err != nil {
+				return res, fmt.Errorf("rotate: drop repeat: %w", err)
+			}
+			continue
+		} else if !errors.Is(err, relayserver.ErrNotFound) {
+			return res, fmt.Errorf("rotate: %w", err)
+		}
+		seq, err := t.allocSeq(r.NewPubkey, ms(r.At))
+		if err != nil {
+			return res, fmt.Errorf("rotate: seq: %w", err)
+		}
+		if _, err := t.q.ExecContext(bg, `UPDATE items SET target_pubkey = ?, seq = ?
+WHERE target_pubkey = ? AND seq = ?`, r.NewPubkey, seq, r.OldPubkey, x.seq); err != nil {
+			return res, fmt.Errorf("rotate: move item: %w", err)
+		}
+		if _, err := t.q.ExecContext(bg, `UPDATE dedup SET target_pubkey = ?, seq = ?
+WHERE sender_pubkey = ? AND item_id = ? AND target_pubkey = ?`,
+			r.NewPubkey, seq, x.sender, x.itemID, r.OldPubkey); err != nil {
+			return res, fmt.Errorf("rotate: move dedup: %w", err)
+		}
+		res.MovedItems++
+	}
+	// Dedup rows of items already gone keep deduplicating for the new key; rows the new key has
+	// already are kept as they are. Rows the rotated host wrote as a sender follow it too, so its
+	// retries with the new key stay duplicates.
+	// The allowlist moves with the host, unless the new key published its own.
+	if _, err := t.SenderList(r.NewPubkey); errors.Is(err, relayserver.ErrNotFound) {
+		for _, q := range []string{
+			"UPDATE sender_lists SET target_pubkey = ?1 WHERE target_pubkey = ?2",
+			"UPDATE sender_list_members SET target_pubkey = ?1 WHERE target_pubkey = ?2",
+		} {
+			if _, err := t.q.ExecContext(bg, q, r.NewPubkey, r.OldPubkey); err != nil {
+				return res, fmt.Errorf("rotate: move sender list: %w", err)
+			}
+		}
+	} else if err != nil {
+		return res, fmt.Errorf("rotate: %w", err)
+	}
+	for _, q := range []string{
+		"DELETE FROM sender_lists WHERE target_pubkey = ?2",
+		"DELETE FROM sender_list_members WHERE target_pubkey = ?2",
+		"UPDATE OR IGNORE dedup SET target_pubkey = ?1 WHERE target_pubkey = ?2",
+		"DELETE FROM dedup WHERE target_pubkey = ?2",
+		"UPDATE OR IGNORE dedup SET sender_pubkey = ?1 WHERE sender_pubkey = ?2",
+		"DELETE FROM dedup WHERE sender_pubkey = ?2",
+		// Usage of both queues, recounted.
+		"DELETE FROM usage WHERE target_pubkey IN (?1, ?2)",
+		`INSERT INTO usage(target_pubkey, sender_pubkey, items, bytes)
+			SELECT target_pubkey, sender_pubkey, COUNT(*), SUM(bytes) FROM items
+			WHERE target_pubkey = ?1 GROUP BY 1, 2`,
+		`INSERT INTO usage(target_pubkey, sender_pubkey, items, bytes)
+			SELECT target_pubkey, '', COUNT(*), SUM(bytes) FROM items WHERE target_pubkey = ?1 GROUP BY 1`,
+		// Other targets that accepted the old key accept the new one.
+		"UPDATE OR IGNORE sender_list_members SET sender_pubkey = ?1 WHERE sender_pubkey = ?2",
+		"DELETE FROM sender_list_members WHERE sender_pubkey = ?2",
+		// The old key's enc ad names a key that no longer speaks for the host.
+		"DELETE FROM enc_ads WHERE host_pubkey = ?2",
+	} {
+		if _, err := t.q.ExecContext(bg, q, r.NewPubkey, r.OldPubkey); err != nil {
+			return res, fmt.Errorf("rotate: %w", err)
+		}
+	}
+	return res, nil
+}

@@ -1,0 +1,420 @@
+package sqlitestore
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/agentmbx/agentmbx/relayserver"
+)
+
+// tx is the relayserver.Tx of the writer: every call runs on the writer connection inside the
+// open group transaction.
+type tx struct {
+	q      *stmtCache
+	depth  int
+	broken error
+}
+
+var bg = context.Background()
+
+func ms(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.UnixMilli()
+}
+
+func fromMS(v int64) time.Time {
+	if v == 0 {
+		return time.Time{}
+	}
+	return time.UnixMilli(v).UTC()
+}
+
+func nullStr(s string) any {
+	if s == "" {
+		return nil
+	}
+	return s
+}
+
+func nullMS(t time.Time) any {
+	if t.IsZero() {
+		return nil
+	}
+	return t.UnixMilli()
+}
+
+// Unit implements relayserver.Tx with a savepoint.
+func (t *tx) Unit(fn func(relayserver.Tx) error) (err error) {
+	if t.broken != nil {
+		return t.broken
+	}
+	t.depth++
+	name := fmt.Sprintf("u%d", t.depth)
+	defer func() { t.depth-- }()
+	if _, err := t.q.conn.ExecContext(bg, "SAVEPOINT "+name); err != nil {
+		return fmt.Errorf("savepoint: %w", err)
+	}
+	func() {
+		defer func() {
+			if p := recover(); p != nil {
+				err = fmt.Errorf("unit panicked: %v", p)
+			}
+		}()
+		err = fn(t)
+	}()
+	if err != nil {
+		if _, rerr := t.q.conn.ExecContext(bg, "ROLLBACK TO "+name); rerr != nil {
+			t.broken = fmt.Errorf("%w: %v", errBroken, rerr)
+			return err
+		}
+	}
+	if _, rerr := t.q.conn.ExecContext(bg, "RELEASE "+name); rerr != nil {
+		t.broken = fmt.Errorf("%w: %v", errBroken, rerr)
+		if err == nil {
+			err = rerr
+		}
+	}
+	return err
+}
+
+const enrolmentCols = `host_pubkey, host_name, owner_fp, COALESCE(account, ''), org, authorized_by,
+	authority_rank, enrolled_at, COALESCE(revoked_at, 0)`
+
+type scanner interface{ Scan(dest ...any) error }
+
+func scanEnrolment(r scanner) (relayserver.Enrolment, error) {
+	var e relayserver.Enrolment
+	var enrolled, revoked int64
+	err := r.Scan(&e.HostPubkey, &e.HostName, &e.OwnerFP, &e.Account, &e.Org, &e.AuthorizedBy,
+		&e.AuthorityRank, &enrolled, &revoked)
+	if errors.Is(err, sql.ErrNoRows) {
+		return e, relayserver.ErrNotFound
+	}
+	e.EnrolledAt, e.RevokedAt = fromMS(enrolled), fromMS(revoked)
+	return e, err
+}
+
+func getEnrolment(ctx context.Context, q querier, pubkey string) (relayserver.Enrolment, error) {
+	return scanEnrolment(q.QueryRowContext(ctx,
+		"SELECT "+enrolmentCols+" FROM enrolments WHERE host_pubkey = ?", pubkey))
+}
+
+func (t *tx) Enrolment(pubkey string) (relayserver.Enrolment, error) {
+	e, err := getEnrolment(bg, t.q, pubkey)
+	if err != nil && !errors.Is(err, relayserver.ErrNotFound) {
+		return e, fmt.Errorf("enrolment: %w", err)
+	}
+	return e, err
+}
+
+func (t *tx) PutEnrolment(e relayserver.Enrolment) error {
+	_, err := t.q.ExecContext(bg, `
+INSERT INTO enrolments(host_pubkey, host_name, owner_fp, account, org, authorized_by, authority_rank,
+	enrolled_at, revoked_at)
+VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?)
+ON CONFLICT(host_pubkey) DO UPDATE SET host_name = excluded.host_name, owner_fp = excluded.owner_fp,
+	account = excluded.account, org = excluded.org, authorized_by = excluded.authorized_by,
+	authority_rank = excluded.authority_rank, enrolled_at = excluded.enrolled_at,
+	revoked_at = COALESCE(enrolments.revoked_at, excluded.revoked_at)`,
+		e.HostPubkey, e.HostName, e.OwnerFP, nullStr(e.Account), e.Org, e.AuthorizedBy,
+		e.AuthorityRank, ms(e.EnrolledAt), nullMS(e.RevokedAt))
+	if err != nil {
+		if isUnique(err) {
+			return fmt.Errorf("put enrolment %q: %w", e.HostName, relayserver.ErrNameTaken)
+		}
+		return fmt.Errorf("put enrolment: %w", err)
+	}
+	return nil
+}
+
+func isUnique(err error) bool {
+	return err != nil && strings.Contains(err.Error(), "UNIQUE constraint failed")
+}
+
+func (t *tx) LiveEnrolments() (int64, error) {
+	var n int64
+	err := t.q.QueryRowContext(bg, "SELECT COUNT(*) FROM enrolments WHERE revoked_at IS NULL").Scan(&n)
+	if err != nil {
+		return 0, fmt.Errorf("count enrolments: %w", err)
+	}
+	return n, nil
+}
+
+func (t *tx) PutEncAd(ad relayserver.EncAd) error {
+	_, err := t.q.ExecContext(bg, `
+INSERT INTO enc_ads(host_pubkey, enc_pub, sig, at, version, record) VALUES(?, ?, ?, ?, ?, ?)
+ON CONFLICT(host_pubkey) DO UPDATE SET enc_pub = excluded.enc_pub, sig = excluded.sig,
+	at = excluded.at, version = excluded.version, record = excluded.record`,
+		ad.HostPubkey, ad.EncPub, ad.Sig, ms(ad.At), ad.Version, ad.Record)
+	if err != nil {
+		return fmt.Errorf("put enc ad: %w", err)
+	}
+	return nil
+}
+
+func getEncAd(ctx context.Context, q querier, pubkey string) (relayserver.EncAd, error) {
+	ad := relayserver.EncAd{HostPubkey: pubkey}
+	var at int64
+	err := q.QueryRowContext(ctx,
+		"SELECT enc_pub, sig, at, version, record FROM enc_ads WHERE host_pubkey = ?", pubkey).
+		Scan(&ad.EncPub, &ad.Sig, &at, &ad.Version, &ad.Record)
+	if errors.Is(err, sql.ErrNoRows) {
+		return ad, relayserver.ErrNotFound
+	}
+	if err != nil {
+		return ad, fmt.Errorf("enc ad: %w", err)
+	}
+	ad.At = fromMS(at)
+	return ad, nil
+}
+
+func getSenderList(ctx context.Context, q querier, target string) (relayserver.SenderList, error) {
+	l := relayserver.SenderList{TargetPubkey: target}
+	var senders string
+	var iat int64
+	err := q.QueryRowContext(ctx,
+		"SELECT senders, iat, record, sig FROM sender_lists WHERE target_pubkey = ?", target).
+		Scan(&senders, &iat, &l.Record, &l.Sig)
+	if errors.Is(err, sql.ErrNoRows) {
+		return l, relayserver.ErrNotFound
+	}
+	if err != nil {
+		return l, fmt.Errorf("sender list: %w", err)
+	}
+	if err := json.Unmarshal([]byte(senders), &l.Senders); err != nil {
+		return l, fmt.Errorf("sender list: stored senders: %w", err)
+	}
+	l.IAT = fromMS(iat)
+	return l, nil
+}
+
+func (t *tx) SenderList(target string) (relayserver.SenderList, error) {
+	return getSenderList(bg, t.q, target)
+}
+
+func (t *tx) PutSenderList(l relayserver.SenderList) error {
+	senders := l.Senders
+	if senders == nil {
+		senders = []string{}
+	}
+	js, err := json.Marshal(senders)
+	if err != nil {
+		return fmt.Errorf("put sender list: %w", err)
+	}
+	if _, err := t.q.ExecContext(bg, `
+INSERT INTO sender_lists(target_pubkey, senders, iat, record, sig) VALUES(?, ?, ?, ?, ?)
+ON CONFLICT(target_pubkey) DO UPDATE SET senders = excluded.senders, iat = excluded.iat,
+	record = excluded.record, sig = excluded.sig`,
+		l.TargetPubkey, string(js), ms(l.IAT), l.Record, l.Sig); err != nil {
+		return fmt.Errorf("put sender list: %w", err)
+	}
+	if _, err := t.q.ExecContext(bg,
+		"DELETE FROM sender_list_members WHERE target_pubkey = ?", l.TargetPubkey); err != nil {
+		return fmt.Errorf("put sender list: %w", err)
+	}
+	for _, s := range senders {
+		if _, err := t.q.ExecContext(bg,
+			"INSERT OR IGNORE INTO sender_list_members(target_pubkey, sender_pubkey) VALUES(?, ?)",
+			l.TargetPubkey, s); err != nil {
+			return fmt.Errorf("put sender list: %w", err)
+		}
+	}
+	return nil
+}
+
+func (t *tx) SenderAllowed(target, sender string) (bool, error) {
+	var n int
+	err := t.q.QueryRowContext(bg, `
+SELECT CASE WHEN NOT EXISTS(SELECT 1 FROM sender_lists WHERE target_pubkey = ?1) THEN 1
+	WHEN EXISTS(SELECT 1 FROM sender_list_members WHERE target_pubkey = ?1 AND sender_pubkey = ?2)
+	THEN 1 ELSE 0 END`, target, sender).Scan(&n)
+	if err != nil {
+		return false, fmt.Errorf("sender allowed: %w", err)
+	}
+	return n == 1, nil
+}
+
+func (t *tx) Dedup(sender, itemID, target string) (relayserver.Dedup, error) {
+	d := relayserver.Dedup{Sender: sender, ItemID: itemID, Target: target}
+	var at int64
+	err := t.q.QueryRowContext(bg, `SELECT wire_hash, seq, accepted_at FROM dedup
+WHERE sender_pubkey = ? AND item_id = ? AND target_pubkey = ?`, sender, itemID, target).
+		Scan(&d.WireHash, &d.Seq, &at)
+	if errors.Is(err, sql.ErrNoRows) {
+		return d, relayserver.ErrNotFound
+	}
+	if err != nil {
+		return d, fmt.Errorf("dedup: %w", err)
+	}
+	d.AcceptedAt = fromMS(at)
+	return d, nil
+}
+
+func (t *tx) counts(target, sender string) (relayserver.Counts, error) {
+	var c relayserver.Counts
+	err := t.q.QueryRowContext(bg,
+		"SELECT items, bytes FROM usage WHERE target_pubkey = ? AND sender_pubkey = ?", target, sender).
+		Scan(&c.Items, &c.Bytes)
+	if errors.Is(err, sql.ErrNoRows) {
+		return c, nil
+	}
+	return c, err
+}
+
+func (t *tx) Usage(target, sender string) (relayserver.Usage, error) {
+	var u relayserver.Usage
+	var err error
+	if u.Target, err = t.counts(target, ""); err != nil {
+		return u, fmt.Errorf("usage: %w", err)
+	}
+	if u.Sender, err = t.counts(target, sender); err != nil {
+		return u, fmt.Errorf("usage: %w", err)
+	}
+	return u, nil
+}
+
+func (t *tx) AccountUsage(account string) (relayserver.Counts, error) {
+	var c relayserver.Counts
+	err := t.q.QueryRowContext(bg, `
+SELECT COALESCE(SUM(u.items), 0), COALESCE(SUM(u.bytes), 0) FROM enrolments e
+JOIN usage u ON u.target_pubkey = e.host_pubkey AND u.sender_pubkey = ''
+WHERE e.account = ? AND e.revoked_at IS NULL`, account).Scan(&c.Items, &c.Bytes)
+	if err != nil {
+		return c, fmt.Errorf("account usage: %w", err)
+	}
+	return c, nil
+}
+
+// addUsage adds (items, bytes) to the target's total and to the sender's share.
+func (t *tx) addUsage(target, sender string, items, bytes int64) error {
+	for _, s := range []string{"", sender} {
+		if _, err := t.q.ExecContext(bg, `
+INSERT INTO usage(target_pubkey, sender_pubkey, items, bytes) VALUES(?, ?, ?, ?)
+ON CONFLICT(target_pubkey, sender_pubkey) DO UPDATE SET items = items + excluded.items,
+	bytes = bytes + excluded.bytes`, target, s, items, bytes); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// allocSeq returns max(next_seq, atMS) for target and advances next_seq past it.
+func (t *tx) allocSeq(target string, atMS int64) (int64, error) {
+	var next int64
+	err := t.q.QueryRowContext(bg, "SELECT next_seq FROM seqs WHERE target_pubkey = ?", target).Scan(&next)
+	if err != nil && !errors.Is(err, sql.ErrNoRows) {
+		return 0, err
+	}
+	seq := max(next, atMS, 1)
+	if _, err := t.q.ExecContext(bg, `INSERT INTO seqs(target_pubkey, next_seq) VALUES(?, ?)
+ON CONFLICT(target_pubkey) DO UPDATE SET next_seq = excluded.next_seq`, target, seq+1); err != nil {
+		return 0, err
+	}
+	return seq, nil
+}
+
+func (t *tx) InsertItem(it relayserver.Item) (int64, error) {
+	at := ms(it.AcceptedAt)
+	if _, err := t.Dedup(it.Sender, it.ItemID, it.Target); err == nil {
+		return 0, fmt.Errorf("insert item %s: %w", it.ItemID, relayserver.ErrDuplicate)
+	} else if !errors.Is(err, relayserver.ErrNotFound) {
+		return 0, fmt.Errorf("insert item: %w", err)
+	}
+	seq, err := t.allocSeq(it.Target, at)
+	if err != nil {
+		return 0, fmt.Errorf("insert item: seq: %w", err)
+	}
+	n := int64(len(it.Wire))
+	if _, err := t.q.ExecContext(bg, `INSERT INTO items(target_pubkey, seq, kind, item_id,
+	sender_pubkey, wire_hash, bytes, accepted_at, expires_at, wire) VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+		it.Target, seq, string(it.Kind), it.ItemID, it.Sender, it.WireHash, n, at, ms(it.ExpiresAt),
+		it.Wire); err != nil {
+		return 0, fmt.Errorf("insert item: %w", err)
+	}
+	if _, err := t.q.ExecContext(bg, `INSERT INTO dedup(sender_pubkey, item_id, target_pubkey,
+	wire_hash, seq, accepted_at) VALUES(?, ?, ?, ?, ?, ?)`,
+		it.Sender, it.ItemID, it.Target, it.WireHash, seq, at); err != nil {
+		return 0, fmt.Errorf("insert item: dedup: %w", err)
+	}
+	if err := t.addUsage(it.Target, it.Sender, 1, n); err != nil {
+		return 0, fmt.Errorf("insert item: usage: %w", err)
+	}
+	return seq, nil
+}
+
+func getHead(ctx context.Context, q querier, target string) (relayserver.Head, error) {
+	var h relayserver.Head
+	err := q.QueryRowContext(ctx, `SELECT
+	COALESCE((SELECT next_seq - 1 FROM seqs WHERE target_pubkey = ?1), 0),
+	COALESCE((SELECT acked_through FROM acked WHERE target_pubkey = ?1), 0)`, target).
+		Scan(&h.HeadSeq, &h.AckedThrough)
+	if err != nil {
+		return h, fmt.Errorf("head: %w", err)
+	}
+	return h, nil
+}
+
+func (t *tx) Head(target string) (relayserver.Head, error) { return getHead(bg, t.q, target) }
+
+func (t *tx) Ack(target string, through int64) (relayserver.AckResult, error) {
+	var res relayserver.AckResult
+	h, err := getHead(bg, t.q, target)
+	if err != nil {
+		return res, fmt.Errorf("ack: %w", err)
+	}
+	if through < 0 || through > h.HeadSeq {
+		return res, fmt.Errorf("ack through %d, head %d: %w", through, h.HeadSeq, relayserver.ErrBadAck)
+	}
+	type share struct {
+		sender       string
+		items, bytes int64
+	}
+	rows, err := t.q.QueryContext(bg, `SELECT sender_pubkey, COUNT(*), SUM(bytes) FROM items
+WHERE target_pubkey = ? AND seq <= ? GROUP BY sender_pubkey`, target, through)
+	if err != nil {
+		return res, fmt.Errorf("ack: %w", err)
+	}
+	var shares []share
+	for rows.Next() {
+		var s share
+		if err := rows.Scan(&s.sender, &s.items, &s.bytes); err != nil {
+			rows.Close()
+			return res, fmt.Errorf("ack: %w", err)
+		}
+		shares = append(shares, s)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return res, fmt.Errorf("ack: %w", err)
+	}
+	r, err := t.q.ExecContext(bg, "DELETE FROM items WHERE target_pubkey = ? AND seq <= ?", target, through)
+	if err != nil {
+		return res, fmt.Errorf("ack: delete: %w", err)
+	}
+	res.Deleted, _ = r.RowsAffected()
+	for _, s := range shares {
+		if err := t.addUsage(target, s.sender, -s.items, -s.bytes); err != nil {
+			return res, fmt.Errorf("ack: usage: %w", err)
+		}
+	}
+	if len(shares) > 0 {
+		if _, err := t.q.ExecContext(bg,
+			"DELETE FROM usage WHERE target_pubkey = ? AND items <= 0", target); err != nil {
+			return res, fmt.Errorf("ack: usage: %w", err)
+		}
+	}
+	acked := max(h.AckedThrough, through)
+	if _, err := t.q.ExecContext(bg, `INSERT INTO acked(target_pubkey, acked_through) VALUES(?, ?)
+ON CONFLICT(target_pubkey) DO UPDATE SET acked_through = excluded.acked_through`, target, acked); err != nil {
+		return res, fmt.Errorf("ack: %w", err)
+	}
+	res.HeadSeq, res.AckedThrough = h.HeadSeq, acked
+	return res, nil
+}

@@ -1,0 +1,242 @@
+package sqlitestore
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/agentmbx/agentmbx/relayserver"
+	"github.com/agentmbx/agentmbx/relayserver/failpoint"
+)
+
+// Failpoints of the writer (see package failpoint).
+const (
+	// FailBeforeCommit fires after every unit of a group ran, before COMMIT.
+	FailBeforeCommit = "relay.before-commit"
+	// FailAfterCommit fires right after COMMIT returned, before any caller is told.
+	FailAfterCommit = "relay.after-commit"
+)
+
+// writeReq is one caller's unit waiting for the writer.
+type writeReq struct {
+	ctx  context.Context
+	fn   func(relayserver.Tx) error
+	err  error
+	done chan struct{}
+}
+
+// writer owns the one write connection. It takes the first waiting unit, opens a transaction,
+// runs that unit and every unit that arrives while the group is open (up to maxGroup) each in its
+// own savepoint, then commits once and tells every caller of the group. While a commit's fsync
+// runs, new units queue up and form the next group, so under load one fsync carries many units.
+type writer struct {
+	conn     *sql.Conn
+	q        *stmtCache
+	maxGroup int
+	reqs     chan *writeReq
+	quit     chan struct{}
+	stopped  chan struct{}
+	stopOnce sync.Once
+
+	// beforeCommit, when set (tests), runs before COMMIT with the group size; an error fails the
+	// commit.
+	beforeCommit func(n int) error
+}
+
+func newWriter(conn *sql.Conn, maxGroup int) *writer {
+	return &writer{
+		conn:     conn,
+		q:        &stmtCache{conn: conn, stmts: map[string]*sql.Stmt{}},
+		maxGroup: maxGroup,
+		reqs:     make(chan *writeReq, 4096),
+		quit:     make(chan struct{}),
+		stopped:  make(chan struct{}),
+	}
+}
+
+func (w *writer) submit(ctx context.Context, fn func(relayserver.Tx) error) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	r := &writeReq{ctx: ctx, fn: fn, done: make(chan struct{})}
+	select {
+	case <-w.quit:
+		return relayserver.ErrClosed
+	default:
+	}
+	select {
+	case w.reqs <- r:
+	case <-w.quit:
+		return relayserver.ErrClosed
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	select {
+	case <-r.done:
+		return r.err
+	case <-w.stopped:
+		select {
+		case <-r.done:
+			return r.err
+		default:
+			return relayserver.ErrClosed
+		}
+	case <-ctx.Done():
+		// The unit may still commit; the caller only stops waiting. Its client retries, and
+		// dedup turns the retry into a duplicate.
+		return fmt.Errorf("waiting for commit: %w", ctx.Err())
+	}
+}
+
+func (w *writer) stop() {
+	w.stopOnce.Do(func() { close(w.quit) })
+	<-w.stopped
+}
+
+func (w *writer) run() {
+	defer func() {
+		w.q.close()
+		_ = w.conn.Close()
+		close(w.stopped)
+	}()
+	for {
+		var first *writeReq
+		select {
+		case first = <-w.reqs:
+		case <-w.quit:
+			w.failQueued()
+			return
+		}
+		w.group(first)
+	}
+}
+
+// failQueued answers every unit still queued at shutdown.
+func (w *writer) failQueued() {
+	for {
+		select {
+		case r := <-w.reqs:
+			r.err = relayserver.ErrClosed
+			close(r.done)
+		default:
+			return
+		}
+	}
+}
+
+// group runs one transaction: first, then whatever else is already queued.
+func (w *writer) group(first *writeReq) {
+	bg := context.Background()
+	batch := []*writeReq{first}
+	if _, err := w.conn.ExecContext(bg, "BEGIN IMMEDIATE"); err != nil {
+		w.finish(batch, fmt.Errorf("begin: %v: %w", err, relayserver.ErrCommit))
+		return
+	}
+	t := &tx{q: w.q}
+	broken := w.runUnit(t, first)
+	for broken == nil && len(batch) < w.maxGroup {
+		var r *writeReq
+		select {
+		case r = <-w.reqs:
+		default:
+		}
+		if r == nil {
+			break
+		}
+		batch = append(batch, r)
+		broken = w.runUnit(t, r)
+	}
+	if broken != nil {
+		_, _ = w.conn.ExecContext(bg, "ROLLBACK")
+		w.finish(batch, fmt.Errorf("%v: %w", broken, relayserver.ErrCommit))
+		return
+	}
+	err := failpoint.Inject(FailBeforeCommit)
+	if err == nil && w.beforeCommit != nil {
+		err = w.beforeCommit(len(batch))
+	}
+	if err == nil {
+		_, err = w.conn.ExecContext(bg, "COMMIT")
+	}
+	if err != nil {
+		_, _ = w.conn.ExecContext(bg, "ROLLBACK")
+		w.finish(batch, fmt.Errorf("commit: %v: %w", err, relayserver.ErrCommit))
+		return
+	}
+	_ = failpoint.Inject(FailAfterCommit)
+	for _, r := range batch {
+		close(r.done)
+	}
+}
+
+// finish fails every unit of a group whose transaction did not commit.
+func (w *writer) finish(batch []*writeReq, err error) {
+	for _, r := range batch {
+		r.err = err
+		close(r.done)
+	}
+}
+
+// runUnit runs one caller's unit in a savepoint and records its own error. It returns non-nil
+// only when the transaction itself is no longer usable.
+func (w *writer) runUnit(t *tx, r *writeReq) (broken error) {
+	if err := r.ctx.Err(); err != nil {
+		r.err = err
+		return nil
+	}
+	r.err = t.Unit(r.fn)
+	return t.broken
+}
+
+// stmtCache prepares each statement once on the writer connection.
+type stmtCache struct {
+	conn  *sql.Conn
+	stmts map[string]*sql.Stmt
+}
+
+func (c *stmtCache) stmt(ctx context.Context, query string) (*sql.Stmt, error) {
+	if st, ok := c.stmts[query]; ok {
+		return st, nil
+	}
+	st, err := c.conn.PrepareContext(ctx, query)
+	if err != nil {
+		return nil, err
+	}
+	c.stmts[query] = st
+	return st, nil
+}
+
+func (c *stmtCache) ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error) {
+	st, err := c.stmt(ctx, query)
+	if err != nil {
+		// Multi-statement text cannot be prepared; run it directly.
+		return c.conn.ExecContext(ctx, query, args...)
+	}
+	return st.ExecContext(ctx, args...)
+}
+
+func (c *stmtCache) QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error) {
+	st, err := c.stmt(ctx, query)
+	if err != nil {
+		return nil, err
+	}
+	return st.QueryContext(ctx, args...)
+}
+
+func (c *stmtCache) QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row {
+	st, err := c.stmt(ctx, query)
+	if err != nil {
+		return c.conn.QueryRowContext(ctx, query, args...)
+	}
+	return st.QueryRowContext(ctx, args...)
+}
+
+func (c *stmtCache) close() {
+	for _, st := range c.stmts {
+		_ = st.Close()
+	}
+}
+
+var errBroken = errors.New("transaction unusable after a failed rollback")

@@ -1,0 +1,101 @@
+package relayserver
+
+import (
+	"context"
+	"time"
+)
+
+// Store is everything the relay keeps. The relay core reaches its state only through this
+// interface (spec §2), so a backend other than SQLite can replace the one in sqlitestore without
+// touching the protocol.
+//
+// Writes go through Update; every other method is a read of committed state. A backend must make
+// each Update's effects durable before Update returns nil, and must never report an effect as
+// committed that a crash could still lose.
+type Store interface {
+	// Update runs fn as one atomic unit inside a write transaction and returns after that
+	// transaction has committed. Backends may commit the units of several concurrent callers
+	// together (group commit); each unit stays atomic on its own: when fn returns an error, its
+	// effects are rolled back, the other units of the group are unaffected, and Update returns
+	// fn's error. When the shared commit fails, every unit in it fails with an error wrapping
+	// ErrCommit and nothing of any of them is stored.
+	//
+	// fn runs on the backend's writer and must not block on anything but the Tx; it may run
+	// nested atomic units with Tx.Unit.
+	Update(ctx context.Context, fn func(Tx) error) error
+
+	// Meta returns the store's identity: epoch, relay key, schema version, heartbeat.
+	Meta(ctx context.Context) (Meta, error)
+	// BindRelayKey records pubkey as the store's relay key when it has none yet, and fails with
+	// ErrRelayKeyMismatch when the store already belongs to another key.
+	BindRelayKey(ctx context.Context, pubkey string) error
+	// RotateEpoch gives the store a new random epoch (spec §5: after a restore) and returns it.
+	RotateEpoch(ctx context.Context) (string, error)
+	// Heartbeat records now as the store's heartbeat (spec §5).
+	Heartbeat(ctx context.Context, now time.Time) error
+
+	// Enrolment returns the enrolment of a host key, or ErrNotFound.
+	Enrolment(ctx context.Context, pubkey string) (Enrolment, error)
+	// EnrolmentsByName returns up to limit live enrolments whose name matches name
+	// case-insensitively, in enrolment order.
+	EnrolmentsByName(ctx context.Context, name string, limit int) ([]Enrolment, error)
+	// EncAd returns the stored enc-key advertisement of a host key, or ErrNotFound.
+	EncAd(ctx context.Context, pubkey string) (EncAd, error)
+	// SenderList returns the sender allowlist a target published, or ErrNotFound.
+	SenderList(ctx context.Context, target string) (SenderList, error)
+	// Head returns the queue position of a target (zero values for a target with no history).
+	Head(ctx context.Context, target string) (Head, error)
+	// Pull returns, from one consistent snapshot, the target's head and the items with seq >
+	// after in seq order: at most limit items and, past the first item, no more than maxBytes of
+	// wire bytes in total. More reports whether items remain after the page.
+	Pull(ctx context.Context, target string, after int64, limit int, maxBytes int64) (Page, error)
+
+	// Close waits for pending updates and releases the store.
+	Close() error
+}
+
+// Tx is the write side of a Store, valid only inside the Update callback that received it.
+type Tx interface {
+	// Unit runs fn as a nested atomic unit: when fn fails, only its own effects are undone.
+	Unit(fn func(Tx) error) error
+
+	// Enrolment returns the enrolment of a host key, or ErrNotFound.
+	Enrolment(pubkey string) (Enrolment, error)
+	// PutEnrolment inserts or replaces the enrolment of e.HostPubkey. It fails with ErrNameTaken
+	// when another live enrolment of the same non-empty account carries the same name
+	// (case-insensitively).
+	PutEnrolment(e Enrolment) error
+	// LiveEnrolments counts enrolments that are not revoked.
+	LiveEnrolments() (int64, error)
+
+	// PutEncAd stores (replaces) the enc-key advertisement of ad.HostPubkey.
+	PutEncAd(ad EncAd) error
+	// SenderList returns the allowlist of target, or ErrNotFound.
+	SenderList(target string) (SenderList, error)
+	// PutSenderList stores (replaces) the allowlist of l.TargetPubkey.
+	PutSenderList(l SenderList) error
+	// SenderAllowed reports whether target accepts pushes from sender: true when target has no
+	// allowlist, else whether sender is on it.
+	SenderAllowed(target, sender string) (bool, error)
+
+	// Dedup returns the dedup row of (sender, itemID, target), or ErrNotFound.
+	Dedup(sender, itemID, target string) (Dedup, error)
+	// Usage returns what target's queue holds in total and from sender.
+	Usage(target, sender string) (Usage, error)
+	// AccountUsage returns what the queues of all live hosts of account hold.
+	AccountUsage(account string) (Counts, error)
+	// InsertItem stores it for it.Target with a new seq = max(next_seq, AcceptedAt in ms), never
+	// reused, plus its dedup row, and returns the seq. The caller checks dedup first; inserting an
+	// existing (sender, item id, target) fails with ErrDuplicate.
+	InsertItem(it Item) (int64, error)
+	// Head returns the queue position of a target.
+	Head(target string) (Head, error)
+	// Ack deletes target's items with seq <= through and records acked_through. through beyond
+	// the head fails with ErrBadAck and changes nothing.
+	Ack(target string, through int64) (AckResult, error)
+	// Rotate moves everything of r.OldPubkey to r.NewPubkey (spec §2 Rotation): name and account,
+	// the queue re-sequenced in order after anything the new key already has, dedup rows,
+	// the sender allowlist and the old key's place in other targets' allowlists; then revokes the
+	// old key. The new key must not be revoked (ErrRevoked).
+	Rotate(r Rotation) (RotateResult, error)
+}

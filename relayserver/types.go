@@ -1,0 +1,143 @@
+package relayserver
+
+import "time"
+
+// Kind is the kind of a queued item.
+type Kind string
+
+// Item kinds.
+const (
+	// KindEnvelope is a sealed envelope v3, wire = the sender's exact JSON bytes.
+	KindEnvelope Kind = "envelope"
+	// KindReceipt is a T218 delivery receipt, wire = canonical({rec, sig}).
+	KindReceipt Kind = "receipt"
+	// KindExpired is a relay expiry notice queued for a sender (spec §6).
+	KindExpired Kind = "expired"
+)
+
+// String returns the wire spelling of k.
+func (k Kind) String() string { return string(k) }
+
+// Valid reports whether k is a kind a host may push (expired notices come from the relay only).
+func (k Kind) Valid() bool { return k == KindEnvelope || k == KindReceipt }
+
+// Enrolment is one host key known to the relay. Hosts are identified by key; the name is a label.
+type Enrolment struct {
+	HostPubkey string
+	HostName   string
+	// OwnerFP is the host's own, unproven claim about its owner. It decides nothing.
+	OwnerFP string
+	// Account and Org are what the enrolment authority proved ("" for the host-key challenge).
+	Account string
+	Org     string
+	// AuthorizedBy names the authority that admitted the key; AuthorityRank orders authorities
+	// so a weaker one never overwrites what a stronger one recorded.
+	AuthorizedBy  string
+	AuthorityRank int
+	EnrolledAt    time.Time
+	// RevokedAt is zero for a live enrolment. Nothing ever clears it.
+	RevokedAt time.Time
+}
+
+// Live reports whether the enrolment is not revoked.
+func (e Enrolment) Live() bool { return e.RevokedAt.IsZero() }
+
+// EncAd is a host's signed enc-key advertisement, stored as received.
+type EncAd struct {
+	HostPubkey string
+	// Version is 1 (unexpiring {v, host, enc_pub}) or 2 (enc-ad with iat/exp).
+	Version int
+	EncPub  string
+	// Record is the JSON of the signed record (the v2 ad, or the v1 {v, host, enc_pub}).
+	Record []byte
+	Sig    string
+	At     time.Time
+}
+
+// SenderList is a target's published allowlist of sender keys.
+type SenderList struct {
+	TargetPubkey string
+	Senders      []string
+	IAT          time.Time
+	// Record is the JSON of the signed list as received; Sig the target's signature over it.
+	Record []byte
+	Sig    string
+}
+
+// Item is one unit queued for one target.
+type Item struct {
+	Target     string
+	Seq        int64
+	Kind       Kind
+	ItemID     string
+	Sender     string
+	Wire       []byte
+	WireHash   string
+	AcceptedAt time.Time
+	ExpiresAt  time.Time
+}
+
+// Dedup is the record that (Sender, ItemID, Target) was accepted with WireHash at Seq.
+type Dedup struct {
+	Sender     string
+	ItemID     string
+	Target     string
+	WireHash   string
+	Seq        int64
+	AcceptedAt time.Time
+}
+
+// Counts is a number of queued items and their wire bytes.
+type Counts struct {
+	Items int64
+	Bytes int64
+}
+
+// Usage is what a target's queue holds: in total and from one sender.
+type Usage struct {
+	Target Counts
+	Sender Counts
+}
+
+// Head is a target's queue position.
+type Head struct {
+	// HeadSeq is the last seq allocated for the target (0 when none ever was).
+	HeadSeq int64
+	// AckedThrough is the highest seq the target acknowledged.
+	AckedThrough int64
+}
+
+// Page is one pull answer.
+type Page struct {
+	Head
+	Items []Item
+	More  bool
+}
+
+// AckResult is what an ack did.
+type AckResult struct {
+	Head
+	Deleted int64
+}
+
+// Rotation is a verified host key rotation to apply to the store.
+type Rotation struct {
+	OldPubkey string
+	NewPubkey string
+	HostName  string
+	At        time.Time
+}
+
+// RotateResult says what a rotation moved.
+type RotateResult struct {
+	MovedItems int64
+}
+
+// Meta is the identity of a store.
+type Meta struct {
+	Epoch         string
+	RelayPubkey   string
+	SchemaVersion int
+	// Heartbeat is the last recorded heartbeat (zero when none).
+	Heartbeat time.Time
+}
