@@ -1,0 +1,208 @@
+package mbx
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+	"time"
+)
+
+// Item kinds on the relay.
+const (
+	ItemKindEnvelope = "envelope" // a sealed envelope v3; wire = the sender's exact JSON bytes
+	ItemKindReceipt  = "receipt"  // a T218 delivery receipt; wire = canonical({rec, sig})
+	ItemKindExpired  = "expired"  // a relay expiry notice for a sender; wire = canonical({notice, sig})
+)
+
+// Push statuses. A rejection is StatusRejectedPrefix followed by a code ("rejected:conflict").
+const (
+	StatusAccepted       = "accepted"
+	StatusDuplicate      = "duplicate"
+	StatusRejectedPrefix = "rejected:"
+)
+
+// PushTarget is one target of a pushed item: the target's host key and the exact wire bytes in
+// standard base64.
+type PushTarget struct {
+	HostPubkey string `json:"host_pubkey"`
+	WireB64    string `json:"wire_b64"`
+}
+
+// PushItem is one item of POST /v2/relay/items.
+type PushItem struct {
+	Kind    string       `json:"kind"`
+	ItemID  string       `json:"item_id"`
+	Targets []PushTarget `json:"targets"`
+}
+
+// PushRequest is the body of POST /v2/relay/items.
+type PushRequest struct {
+	Items []PushItem `json:"items"`
+}
+
+// ResultTarget is a target's seq in a push result.
+type ResultTarget struct {
+	HostPubkey string `json:"host_pubkey"`
+	Seq        int64  `json:"seq"`
+}
+
+// PushResult is the relay's answer for one pushed item. For accepted and duplicate items Accept is
+// the relay's accept statement exactly as signed and Sig the relay's signature over its canonical
+// JSON; a rejected item has neither and no targets.
+type PushResult struct {
+	ItemID  string          `json:"item_id"`
+	Status  string          `json:"status"`
+	Targets []ResultTarget  `json:"targets"`
+	Accept  json.RawMessage `json:"accept,omitempty"`
+	Sig     string          `json:"sig,omitempty"`
+}
+
+// PushResponse is the answer to POST /v2/relay/items: one result per item. HTTP 200 only means the
+// answer is in this body; each item's fate is its status.
+type PushResponse struct {
+	Results []PushResult `json:"results"`
+}
+
+// AcceptTarget is one target of an accept statement: the seq the relay gave the item for that
+// target and the hash of the exact wire bytes it stored.
+type AcceptTarget struct {
+	HostPubkey string `json:"host_pubkey"`
+	Seq        int64  `json:"seq"`
+	WireHash   string `json:"wire_hash"`
+}
+
+// Accept is the relay's signed statement that it durably committed an item for its targets. It is
+// a transport fact, not a delivery. At is the time of the first acceptance: a pure duplicate
+// carries the original time, so the sender's deadline does not move with retries.
+type Accept struct {
+	V            int            `json:"v"`
+	Type         string         `json:"type"`
+	RelayPubkey  string         `json:"relay_pubkey"`
+	Epoch        string         `json:"epoch"`
+	SenderPubkey string         `json:"sender_pubkey"`
+	ItemID       string         `json:"item_id"`
+	Targets      []AcceptTarget `json:"targets"`
+	At           string         `json:"at"`
+}
+
+// WireHash is the lowercase hex SHA-256 of the exact wire bytes.
+func WireHash(wire []byte) string { return SHA256Hex(wire) }
+
+// NewAccept builds the accept statement of relay for an item at (its first acceptance time).
+func NewAccept(relayPub, epoch, senderPub, itemID string, targets []AcceptTarget, at time.Time) Accept {
+	if targets == nil {
+		targets = []AcceptTarget{}
+	}
+	return Accept{V: 1, Type: "relay-accept", RelayPubkey: relayPub, Epoch: epoch, SenderPubkey: senderPub, ItemID: itemID, Targets: targets, At: ISOTime(at)}
+}
+
+// SigningInput is the canonical JSON of the statement.
+func (a Accept) SigningInput() ([]byte, error) { return Canonical(a) }
+
+// SignAccept signs the statement with the relay key.
+func SignAccept(relay SigningKey, a Accept) (string, error) {
+	in, err := a.SigningInput()
+	if err != nil {
+		return "", fmt.Errorf("sign accept: %w", err)
+	}
+	return relay.Sign(in), nil
+}
+
+// AcceptedResult is the push result for an accepted or duplicate item (status StatusAccepted or
+// StatusDuplicate): it signs a with the relay key and lists each target's seq.
+func AcceptedResult(relay SigningKey, status string, a Accept) (PushResult, error) {
+	sig, err := SignAccept(relay, a)
+	if err != nil {
+		return PushResult{}, err
+	}
+	raw, err := marshalJSON(a)
+	if err != nil {
+		return PushResult{}, fmt.Errorf("sign accept: %w", err)
+	}
+	targets := make([]ResultTarget, len(a.Targets))
+	for i, t := range a.Targets {
+		targets[i] = ResultTarget{HostPubkey: t.HostPubkey, Seq: t.Seq}
+	}
+	return PushResult{ItemID: a.ItemID, Status: status, Targets: targets, Accept: raw, Sig: sig}, nil
+}
+
+// RejectedResult is the push result for an item refused with code ("conflict", "rate",
+// "quota:<which>", ...): status "rejected:<code>", no targets, no statement.
+func RejectedResult(itemID, code string) PushResult {
+	return PushResult{ItemID: itemID, Status: StatusRejectedPrefix + code, Targets: []ResultTarget{}}
+}
+
+// Rejected reports whether the result is a rejection, and its code.
+func (r PushResult) Rejected() (code string, rejected bool) {
+	return strings.CutPrefix(r.Status, StatusRejectedPrefix)
+}
+
+// ValidAccept is the sender's check of one push result: the item was accepted or is a duplicate,
+// the statement is a relay-accept by the pinned relay key, for this sender and this item, with an
+// entry for the expected target whose wire_hash is the hash of the bytes sent and whose seq is a
+// safe integer, and the pinned relay key signed the statement as received. It returns the
+// statement and the target's seq. Only a valid accept lets a row leave the active outbox.
+func ValidAccept(r PushResult, pinnedRelay, ownPub, itemID, targetPub, wireHash string) (Accept, int64, error) {
+	if (r.Status != StatusAccepted && r.Status != StatusDuplicate) || len(r.Accept) == 0 || r.Sig == "" {
+		return Accept{}, 0, ErrAcceptStatus
+	}
+	m, ok := parseObject(r.Accept)
+	if !ok {
+		return Accept{}, 0, ErrAcceptMalformed
+	}
+	a := Accept{}
+	if v, ok := getSafeInt(m, "v"); ok {
+		a.V = int(v)
+	}
+	a.Type, _ = getString(m, "type")
+	a.RelayPubkey, _ = getString(m, "relay_pubkey")
+	a.Epoch, _ = getString(m, "epoch")
+	a.SenderPubkey, _ = getString(m, "sender_pubkey")
+	a.ItemID, _ = getString(m, "item_id")
+	a.At, _ = getString(m, "at")
+	switch {
+	case a.Type != "relay-accept":
+		return Accept{}, 0, ErrAcceptMalformed
+	case a.RelayPubkey != pinnedRelay || a.RelayPubkey == "":
+		return Accept{}, 0, ErrAcceptRelayKey
+	case a.SenderPubkey != ownPub || a.SenderPubkey == "":
+		return Accept{}, 0, ErrAcceptSender
+	case a.ItemID != itemID:
+		return Accept{}, 0, ErrAcceptItem
+	}
+	arr, ok := m["targets"].([]any)
+	if !ok {
+		return Accept{}, 0, ErrAcceptMalformed
+	}
+	found := -1
+	for _, e := range arr {
+		tm, _ := e.(map[string]any)
+		var t AcceptTarget
+		t.HostPubkey, _ = getString(tm, "host_pubkey")
+		t.WireHash, _ = getString(tm, "wire_hash")
+		seq, safe := getSafeInt(tm, "seq")
+		t.Seq = seq
+		a.Targets = append(a.Targets, t)
+		if found < 0 && tm != nil && tm["host_pubkey"] == targetPub {
+			found = len(a.Targets) - 1
+			if t.WireHash != wireHash {
+				return Accept{}, 0, ErrAcceptWireHash
+			}
+			if !safe {
+				return Accept{}, 0, ErrAcceptSeq
+			}
+		}
+	}
+	if found < 0 {
+		return Accept{}, 0, ErrAcceptTarget
+	}
+	seq := a.Targets[found].Seq
+	in, err := Canonical(m)
+	if err != nil || !Verify(pinnedRelay, in, r.Sig) {
+		return Accept{}, 0, ErrAcceptSignature
+	}
+	return a, seq, nil
+}
+
+// AtTime parses the statement's acceptance time (zero when it does not parse).
+func (a Accept) AtTime() time.Time { t, _ := parseTime(a.At); return t }

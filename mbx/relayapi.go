@@ -1,0 +1,234 @@
+package mbx
+
+import (
+	"encoding/json"
+	"math"
+	"strconv"
+	"time"
+	"unicode/utf16"
+)
+
+// Default limits of a 0.5.x relay. A relay announces its own values in GET /v2/relay/info.
+const (
+	DefaultMaxItemBytes   = 512 * 1024       // bytes of one item's wire (two sealed 256 KiB bodies)
+	DefaultMaxBatch       = 200              // items per push
+	DefaultMaxPull        = 500              // items per pull page
+	DefaultMaxPullBytes   = 8 * 1024 * 1024  // wire bytes per pull page (always at least one item)
+	DefaultMaxTargets     = 64               // targets per item
+	DefaultRetentionDays  = 14               // days an item waits for its target
+	DefaultMaxQueueItems  = 10_000           // per target key
+	DefaultMaxQueueBytes  = 50 * 1024 * 1024 // per target key
+	DefaultMaxSenderItems = 2_000            // per sender key per target key
+	DefaultMaxSenderBytes = 20 * 1024 * 1024 // per sender key per target key
+	DefaultMaxOwnerItems  = 10_000           // per proven account
+	DefaultMaxOwnerBytes  = 50 * 1024 * 1024 // per proven account
+
+	RelayMaxBody          = 8 * 1024 * 1024 // request body cap, checked while streaming (413)
+	RelaySmallBodyMax     = 8 * 1024        // challenge, enrol and rotate bodies
+	EnrolCallsPerMinute   = 30              // challenge/enrol/rotate calls per client address
+	PushesPerMinute       = 120             // pushes per sender key
+	MaxEnrolments         = 100_000         // live enrolments of one relay
+	MaxPendingChallenges  = 10_000          // open enrolment challenges
+	ChallengeTTL          = 5 * time.Minute // lifetime of an enrolment challenge
+	MaxEnrolmentsPerName  = 16              // live enrolments of one name before v1 treats it as ambiguous
+	MaxItemIDLen          = 300             // UTF-16 units of an item id
+	DedupGraceDays        = 7               // dedup rows outlive retention by this much
+	RelayHeartbeat        = 30 * time.Second
+	RelayHeartbeatStale   = 10 * time.Minute // a stored heartbeat older than this rotates the epoch at start
+	RelaySweepInterval    = 10 * time.Minute
+	RelayDeadlineGrace    = 24 * time.Hour // sender-side grace after retention before "unconfirmed"
+	DefaultRelayPort      = 7374
+	DefaultHostPort       = 7373
+	maxSafeInteger        = 1<<53 - 1
+	relaySkew             = 5 * time.Minute
+	receiptBatchMax       = 200
+	maxRecordHostLen      = 255
+	maxRecordTimeLen      = 40
+	maxReceiptSigLen      = 200
+	maxReceiptRecipientLn = 104
+)
+
+// Limits is the limits object of GET /v2/relay/info.
+type Limits struct {
+	MaxItemBytes   int64 `json:"max_item_bytes"`
+	MaxBatch       int   `json:"max_batch"`
+	MaxPull        int   `json:"max_pull"`
+	MaxPullBytes   int64 `json:"max_pull_bytes"`
+	MaxTargets     int   `json:"max_targets"`
+	RetentionDays  int   `json:"retention_days"`
+	MaxQueueItems  int64 `json:"max_queue_items"`
+	MaxQueueBytes  int64 `json:"max_queue_bytes"`
+	MaxSenderItems int64 `json:"max_sender_items"`
+	MaxSenderBytes int64 `json:"max_sender_bytes"`
+	MaxOwnerItems  int64 `json:"max_owner_items"`
+	MaxOwnerBytes  int64 `json:"max_owner_bytes"`
+}
+
+// DefaultLimits returns the limits of a 0.5.x relay.
+func DefaultLimits() Limits {
+	return Limits{
+		MaxItemBytes: DefaultMaxItemBytes, MaxBatch: DefaultMaxBatch, MaxPull: DefaultMaxPull,
+		MaxPullBytes: DefaultMaxPullBytes, MaxTargets: DefaultMaxTargets, RetentionDays: DefaultRetentionDays,
+		MaxQueueItems: DefaultMaxQueueItems, MaxQueueBytes: DefaultMaxQueueBytes,
+		MaxSenderItems: DefaultMaxSenderItems, MaxSenderBytes: DefaultMaxSenderBytes,
+		MaxOwnerItems: DefaultMaxOwnerItems, MaxOwnerBytes: DefaultMaxOwnerBytes,
+	}
+}
+
+// Retention is RetentionDays as a duration.
+func (l Limits) Retention() time.Duration { return time.Duration(l.RetentionDays) * 24 * time.Hour }
+
+// InfoResponse is the body of GET /v2/relay/info. You is present only for a request with a valid
+// hop. A 404 from this endpoint means the relay speaks v1 only.
+type InfoResponse struct {
+	V           int        `json:"v"`
+	RelayPubkey string     `json:"relay_pubkey"`
+	Epoch       string     `json:"epoch"`
+	Version     string     `json:"version"`
+	Limits      Limits     `json:"limits"`
+	You         *InfoCaller `json:"you,omitempty"`
+}
+
+// InfoCaller is the caller's own queue position in an InfoResponse.
+type InfoCaller struct {
+	Host         string `json:"host"`
+	Pubkey       string `json:"pubkey"`
+	HeadSeq      int64  `json:"head_seq"`
+	AckedThrough int64  `json:"acked_through"`
+	// EncAd is the enc-key ad the relay holds for the caller (its shape is the relay's enc-key
+	// answer, EncKeyAnswer), or absent.
+	EncAd json.RawMessage `json:"enc_ad,omitempty"`
+}
+
+// PullItem is one item of GET /v2/relay/items.
+type PullItem struct {
+	Seq          int64  `json:"seq"`
+	Kind         string `json:"kind"`
+	ItemID       string `json:"item_id"`
+	SenderPubkey string `json:"sender_pubkey"`
+	WireB64      string `json:"wire_b64"`
+}
+
+// PullResponse is the body of GET /v2/relay/items?after=&limit=&epoch=. LastSeq is the last seq
+// returned (after, when none was); HeadSeq the last seq allocated for the caller.
+type PullResponse struct {
+	Epoch   string     `json:"epoch"`
+	HeadSeq int64      `json:"head_seq"`
+	Items   []PullItem `json:"items"`
+	LastSeq int64      `json:"last_seq"`
+	More    bool       `json:"more"`
+}
+
+// AckRequest is the body of POST /v2/relay/ack.
+type AckRequest struct {
+	Epoch   string `json:"epoch"`
+	Through int64  `json:"through"`
+}
+
+// AckResponse is the answer to POST /v2/relay/ack.
+type AckResponse struct {
+	AckedThrough int64 `json:"acked_through"`
+	Deleted      int64 `json:"deleted"`
+	HeadSeq      int64 `json:"head_seq"`
+}
+
+// Error codes of relay error bodies.
+const (
+	CodeEpoch  = "EPOCH"   // 409: the epoch is not current; the body carries the current one
+	CodeBadAck = "BAD_ACK" // 400: through is beyond the head; treat as an epoch change
+)
+
+// ErrorResponse is a relay error body: {"error": …} plus, where it applies, the code, the current
+// epoch and the caller's head.
+type ErrorResponse struct {
+	Error   string `json:"error"`
+	Code    string `json:"code,omitempty"`
+	Epoch   string `json:"epoch,omitempty"`
+	HeadSeq *int64 `json:"head_seq,omitempty"`
+}
+
+// OKResponse is the {"ok":true} answer of enrol, senders and enc-key publication.
+type OKResponse struct {
+	OK bool `json:"ok"`
+}
+
+// Helpers shared by the record parsers. The records are checked the way the original checks
+// them: as a generic JSON tree, with JavaScript's notion of types, numbers and string lengths.
+
+// parseObject parses data as one JSON object.
+func parseObject(data []byte) (map[string]any, bool) {
+	v, err := ParseJSON(data)
+	if err != nil {
+		return nil, false
+	}
+	m, ok := v.(map[string]any)
+	return m, ok
+}
+
+// getString returns m[key] when it is a string.
+func getString(m map[string]any, key string) (string, bool) {
+	s, ok := m[key].(string)
+	return s, ok
+}
+
+// getNumber returns m[key] when it is a number, as JavaScript would read it.
+func getNumber(m map[string]any, key string) (float64, bool) {
+	n, ok := m[key].(json.Number)
+	if !ok {
+		return 0, false
+	}
+	f, err := strconv.ParseFloat(string(n), 64)
+	if err != nil && !math.IsInf(f, 0) {
+		return 0, false
+	}
+	return f, true
+}
+
+// isNumber reports whether m[key] is the number want (1, 1.0 and 1e0 are all 1, as in JavaScript).
+func isNumber(m map[string]any, key string, want float64) bool {
+	f, ok := getNumber(m, key)
+	return ok && f == want
+}
+
+// getSafeInt returns m[key] when it is a number that is a safe integer (Number.isSafeInteger).
+func getSafeInt(m map[string]any, key string) (int64, bool) {
+	f, ok := getNumber(m, key)
+	if !ok || f != math.Trunc(f) || math.Abs(f) > maxSafeInteger {
+		return 0, false
+	}
+	return int64(f), true
+}
+
+// jsLen is the length of s in UTF-16 code units, as JavaScript's String.length counts.
+func jsLen(s string) int {
+	n := 0
+	for _, r := range s {
+		if r >= 0x10000 {
+			n += 2
+		} else {
+			n++
+		}
+	}
+	return n
+}
+
+// jsCut returns s cut to at most n UTF-16 code units, as s.slice(0, n) would, except that it never
+// splits a surrogate pair: where slice would leave a lone high surrogate (which has no UTF-8 form),
+// the whole character is dropped.
+func jsCut(s string, n int) string {
+	units := 0
+	for i, r := range s {
+		w := len(utf16.Encode([]rune{r}))
+		if units+w > n {
+			return s[:i]
+		}
+		units += w
+	}
+	return s
+}
+
+// parseTime parses an ISO-8601 time as the original's Date.parse does for the forms it writes.
+func parseTime(s string) (time.Time, bool) {
+	t, err := ParseISOTime(s)
+	return t, err == nil
+}
