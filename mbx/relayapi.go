@@ -81,11 +81,11 @@ func (l Limits) Retention() time.Duration { return time.Duration(l.RetentionDays
 // InfoResponse is the body of GET /v2/relay/info. You is present only for a request with a valid
 // hop. A 404 from this endpoint means the relay speaks v1 only.
 type InfoResponse struct {
-	V           int        `json:"v"`
-	RelayPubkey string     `json:"relay_pubkey"`
-	Epoch       string     `json:"epoch"`
-	Version     string     `json:"version"`
-	Limits      Limits     `json:"limits"`
+	V           int         `json:"v"`
+	RelayPubkey string      `json:"relay_pubkey"`
+	Epoch       string      `json:"epoch"`
+	Version     string      `json:"version"`
+	Limits      Limits      `json:"limits"`
 	You         *InfoCaller `json:"you,omitempty"`
 }
 
