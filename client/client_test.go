@@ -37,6 +37,12 @@ func newFake() *fake {
 	return &fake{boxes: map[string][]api.Message{}, changed: make(chan struct{})}
 }
 
+func (f *fake) setFail(err error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.fail = err
+}
+
 func (f *fake) err() error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -390,10 +396,8 @@ func TestErrors(t *testing.T) {
 	}
 
 	t.Run("unclassified is internal", func(t *testing.T) {
-		f.mu.Lock()
-		f.fail = errors.New("disk on fire")
-		f.mu.Unlock()
-		defer func() { f.mu.Lock(); f.fail = nil; f.mu.Unlock() }()
+		f.setFail(errors.New("disk on fire"))
+		defer f.setFail(nil)
 		_, err := c.Inbox(ctx, "bob", false)
 		var e *client.Error
 		if !errors.As(err, &e) || !errors.Is(err, client.ErrInternal) || e.Status != http.StatusInternalServerError || e.Message != "disk on fire" {
@@ -588,5 +592,36 @@ func TestConcurrentSends(t *testing.T) {
 	}
 	if all, err := c.Inbox(ctx, "bob", true); err != nil || len(all) != 320 {
 		t.Fatalf("Inbox has %d messages (%v), want 320", len(all), err)
+	}
+}
+
+// coded is a service with its own sentinel, classified by ErrorCode.
+type coded struct{ *fake }
+
+var errGone = errors.New("agent is gone")
+
+func (coded) ErrorCode(err error) string {
+	if errors.Is(err, errGone) {
+		return client.CodeNotFound
+	}
+	return ""
+}
+
+func TestErrorCoder(t *testing.T) {
+	f := newFake()
+	c := dial(t, serve(t, coded{f}))
+	ctx := testCtx(t)
+	f.setFail(fmt.Errorf("inbox of zed: %w", errGone))
+	if _, err := c.Inbox(ctx, "zed", false); !errors.Is(err, client.ErrNotFound) || err.Error() != "inbox of zed: agent is gone" {
+		t.Fatalf("Inbox = %v, want ErrNotFound by the service's ErrorCode", err)
+	}
+	f.setFail(errors.New("other"))
+	if _, err := c.Inbox(ctx, "zed", false); !errors.Is(err, client.ErrInternal) {
+		t.Fatalf("Inbox = %v, want ErrInternal when ErrorCode leaves it", err)
+	}
+	f.setFail(nil)
+	// The handler's own errors keep their code whatever the service says.
+	if _, err := c.Wait(ctx, "zed", -time.Second); !errors.Is(err, client.ErrBadRequest) {
+		t.Fatalf("Wait = %v, want ErrBadRequest", err)
 	}
 }

@@ -33,15 +33,27 @@ type CardIssuer interface {
 	Card(addr string) ([]byte, error)
 }
 
+// ErrorCoder is implemented by a Service that classifies its own errors for the wire: ErrorCode
+// returns one of the Code constants for err, or "" to leave it to CodeOf. A service whose errors
+// are its own sentinels (not wrapping this package's) implements it so that its callers over the
+// socket get typed errors.
+type ErrorCoder interface {
+	ErrorCode(err error) string
+}
+
 // NewHandler returns the server side of the control-socket protocol: it answers the routes in the
 // api package's documentation by calling svc, and turns svc's errors into api.Error answers (code
-// by CodeOf, hint by the error's Hint method, if any). A host daemon serves it on its socket.
+// by svc's ErrorCoder if it has one, else CodeOf; hint by the error's Hint method, if any). A host
+// daemon serves it on its socket.
 func NewHandler(svc api.Service) http.Handler {
-	return &handler{svc: svc}
+	h := &handler{svc: svc}
+	h.coder, _ = svc.(ErrorCoder)
+	return h
 }
 
 type handler struct {
-	svc api.Service
+	svc   api.Service
+	coder ErrorCoder // nil when svc does not classify its errors
 }
 
 // route is one endpoint: it decodes the request, calls the service and returns the answer.
@@ -65,18 +77,22 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	methods, ok := routes[r.URL.Path]
 	if !ok {
 		writeError(w, &Error{Message: "no such route: " + r.URL.Path, Code: CodeNotFound,
-			HintMsg: "the daemon may be of another version; compare `agentmbx version` with the daemon's"})
+			HintMsg: "the daemon may be of another version; compare `agentmbx version` with the daemon's"}, "")
 		return
 	}
 	fn, ok := methods[r.Method]
 	if !ok {
 		w.Header().Set("Allow", allow(methods))
-		writeError(w, &Error{Message: fmt.Sprintf("method %s not allowed on %s", r.Method, r.URL.Path), Code: CodeBadRequest})
+		writeError(w, &Error{Message: fmt.Sprintf("method %s not allowed on %s", r.Method, r.URL.Path), Code: CodeBadRequest}, "")
 		return
 	}
 	res, err := fn(h, w, r)
 	if err != nil {
-		writeError(w, err)
+		code := ""
+		if h.coder != nil {
+			code = h.coder.ErrorCode(err)
+		}
+		writeError(w, err, code)
 		return
 	}
 	if raw, ok := res.(json.RawMessage); ok {
@@ -269,12 +285,18 @@ func decode(w http.ResponseWriter, r *http.Request, limit int64, v any) error {
 	return nil
 }
 
-// writeError answers err as an api.Error.
-func writeError(w http.ResponseWriter, err error) {
-	ae := api.Error{Error: err.Error(), Code: CodeOf(err)}
+// writeError answers err as an api.Error. Its code is the one of an *Error in err's chain (the
+// handler's own, or a daemon's passed through), else code when set (the service's ErrorCoder),
+// else CodeOf's.
+func writeError(w http.ResponseWriter, err error, code string) {
+	ae := api.Error{Error: err.Error(), Code: code}
 	var e *Error
-	if errors.As(err, &e) && e.Code != "" {
+	switch {
+	case errors.As(err, &e) && e.Code != "":
 		ae.Code = e.Code
+	case code != "":
+	default:
+		ae.Code = CodeOf(err)
 	}
 	var h interface{ Hint() string }
 	if errors.As(err, &h) {
