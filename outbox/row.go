@@ -268,15 +268,16 @@ func checkText(field, s string, max int, allowEmpty bool) error {
 }
 
 // cleanText makes an error or reason storable: invalid UTF-8 and control characters become
-// spaces or U+FFFD, and the text is cut to MaxText bytes on a rune boundary.
+// U+FFFD or spaces, surrounding space is trimmed, and the text is cut to MaxText bytes on a rune
+// boundary.
 func cleanText(s string) string {
 	s = strings.ToValidUTF8(s, "\uFFFD")
-	s = strings.Map(func(c rune) rune {
+	s = strings.TrimSpace(strings.Map(func(c rune) rune {
 		if c < 0x20 || c == 0x7f || (c >= 0x80 && c < 0xa0) {
 			return ' '
 		}
 		return c
-	}, s)
+	}, s))
 	if len(s) > MaxText {
 		cut := MaxText
 		for cut > 0 && !utf8.RuneStart(s[cut]) {
