@@ -26,3 +26,28 @@ var (
 	// ErrRevoked is returned for a host key that is revoked.
 	ErrRevoked = errors.New("host key is revoked")
 )
+
+// Errors of the relay's API. httperr.go maps each to its HTTP status and body.
+var (
+	// ErrBadRequest is returned for a body or query that is malformed: not JSON, a field of the
+	// wrong type, bad base64, an unknown kind, too many items or targets.
+	ErrBadRequest = errors.New("bad request")
+	// ErrTooLarge is returned when a body is over its cap; nothing is stored.
+	ErrTooLarge = errors.New("request body too large")
+	// ErrNotEnrolled is returned for a validly signed hop by a key the relay does not know.
+	ErrNotEnrolled = errors.New("not enrolled")
+	// ErrRateLimited is returned when a client address or sender key is over its rate.
+	ErrRateLimited = errors.New("rate limited")
+	// ErrStaleEpoch is returned when the request names an epoch that is not current.
+	ErrStaleEpoch = errors.New("epoch is not current")
+	// ErrRelayFull is returned when the relay holds as many live enrolments as it may.
+	ErrRelayFull = errors.New("relay has no room for more enrolments")
+	// ErrTooManyChallenges is returned when the table of open challenges is full.
+	ErrTooManyChallenges = errors.New("too many pending enrolment challenges, retry later")
+	// ErrDenied is returned when the enrolment authority refuses a host.
+	ErrDenied = errors.New("enrolment denied")
+	// ErrStaleRecord is returned for a signed record older than the one stored.
+	ErrStaleRecord = errors.New("a newer record is stored")
+	// ErrBadKey is returned for a relay key that cannot be loaded. It never carries key material.
+	ErrBadKey = errors.New("bad relay key")
+)

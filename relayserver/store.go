@@ -68,6 +68,8 @@ type Tx interface {
 	// LiveEnrolments counts enrolments that are not revoked.
 	LiveEnrolments() (int64, error)
 
+	// EncAd returns the stored enc-key advertisement of a host key, or ErrNotFound.
+	EncAd(pubkey string) (EncAd, error)
 	// PutEncAd stores (replaces) the enc-key advertisement of ad.HostPubkey.
 	PutEncAd(ad EncAd) error
 	// SenderList returns the allowlist of target, or ErrNotFound.

@@ -42,16 +42,18 @@ type Enrolment struct {
 // Live reports whether the enrolment is not revoked.
 func (e Enrolment) Live() bool { return e.RevokedAt.IsZero() }
 
-// EncAd is a host's signed enc-key advertisement, stored as received.
+// EncAd is what a host published about its enc key: the v1 ad (unexpiring, signature over
+// {v:1, host, enc_pub}) and/or the v2 ad (expiring, kept as the JSON received). Both, when
+// present, name the same EncPub.
 type EncAd struct {
 	HostPubkey string
-	// Version is 1 (unexpiring {v, host, enc_pub}) or 2 (enc-ad with iat/exp).
-	Version int
-	EncPub  string
-	// Record is the JSON of the signed record (the v2 ad, or the v1 {v, host, enc_pub}).
-	Record []byte
-	Sig    string
-	At     time.Time
+	EncPub     string
+	// V1Sig is the signature of the v1 ad, "" when the host published none for EncPub.
+	V1Sig string
+	// Ad is the v2 ad exactly as received (nil when none); AdSig its signature.
+	Ad    []byte
+	AdSig string
+	At    time.Time
 }
 
 // SenderList is a target's published allowlist of sender keys.

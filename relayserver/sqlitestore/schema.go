@@ -38,7 +38,7 @@ CREATE TABLE sender_lists(
 CREATE TABLE enc_ads(
 	host_pubkey TEXT PRIMARY KEY,
 	enc_pub     TEXT NOT NULL,
-	sig         TEXT NOT NULL,
+	sig         TEXT NOT NULL,      -- signature of the v1 ad {v:1, host, enc_pub}
 	at          INTEGER NOT NULL
 );
 
@@ -77,15 +77,15 @@ CREATE TABLE acked(
 	acked_through INTEGER NOT NULL
 ) WITHOUT ROWID;
 `,
-	// 1 → 2: authority strength and org on enrolments, versioned enc ads, an indexed allowlist,
+	// 1 → 2: authority strength and org on enrolments, v2 (expiring) enc ads, an indexed allowlist,
 	// queue usage counters (so quotas cost O(1) per push), and the indexes the sweep and
 	// rotation need.
 	`
 ALTER TABLE enrolments ADD COLUMN org TEXT NOT NULL DEFAULT '';
 ALTER TABLE enrolments ADD COLUMN authority_rank INTEGER NOT NULL DEFAULT 0;
 
-ALTER TABLE enc_ads ADD COLUMN version INTEGER NOT NULL DEFAULT 1;
-ALTER TABLE enc_ads ADD COLUMN record BLOB NOT NULL DEFAULT x'';
+ALTER TABLE enc_ads ADD COLUMN ad BLOB;                       -- the v2 ad as received
+ALTER TABLE enc_ads ADD COLUMN ad_sig TEXT NOT NULL DEFAULT '';
 
 CREATE TABLE sender_list_members(
 	target_pubkey TEXT NOT NULL,

@@ -149,22 +149,24 @@ func (t *tx) LiveEnrolments() (int64, error) {
 
 func (t *tx) PutEncAd(ad relayserver.EncAd) error {
 	_, err := t.q.ExecContext(bg, `
-INSERT INTO enc_ads(host_pubkey, enc_pub, sig, at, version, record) VALUES(?, ?, ?, ?, ?, ?)
+INSERT INTO enc_ads(host_pubkey, enc_pub, sig, at, ad, ad_sig) VALUES(?, ?, ?, ?, ?, ?)
 ON CONFLICT(host_pubkey) DO UPDATE SET enc_pub = excluded.enc_pub, sig = excluded.sig,
-	at = excluded.at, version = excluded.version, record = excluded.record`,
-		ad.HostPubkey, ad.EncPub, ad.Sig, ms(ad.At), ad.Version, ad.Record)
+	at = excluded.at, ad = excluded.ad, ad_sig = excluded.ad_sig`,
+		ad.HostPubkey, ad.EncPub, ad.V1Sig, ms(ad.At), ad.Ad, ad.AdSig)
 	if err != nil {
 		return fmt.Errorf("put enc ad: %w", err)
 	}
 	return nil
 }
 
+func (t *tx) EncAd(pubkey string) (relayserver.EncAd, error) { return getEncAd(bg, t.q, pubkey) }
+
 func getEncAd(ctx context.Context, q querier, pubkey string) (relayserver.EncAd, error) {
 	ad := relayserver.EncAd{HostPubkey: pubkey}
 	var at int64
 	err := q.QueryRowContext(ctx,
-		"SELECT enc_pub, sig, at, version, record FROM enc_ads WHERE host_pubkey = ?", pubkey).
-		Scan(&ad.EncPub, &ad.Sig, &at, &ad.Version, &ad.Record)
+		"SELECT enc_pub, sig, at, ad, ad_sig FROM enc_ads WHERE host_pubkey = ?", pubkey).
+		Scan(&ad.EncPub, &ad.V1Sig, &at, &ad.Ad, &ad.AdSig)
 	if errors.Is(err, sql.ErrNoRows) {
 		return ad, relayserver.ErrNotFound
 	}

@@ -1,0 +1,76 @@
+package relayserver
+
+import (
+	"errors"
+	"net/http"
+
+	"github.com/agentmbx/agentmbx/mbx"
+)
+
+// apiError carries the extra fields some error bodies have (the current epoch of a 409, the head
+// of a BAD_ACK).
+type apiError struct {
+	err     error
+	epoch   string
+	headSeq *int64
+}
+
+func (e *apiError) Error() string { return e.err.Error() }
+func (e *apiError) Unwrap() error { return e.err }
+
+// errorResponse maps an error of a handler to its HTTP status and body. This is the one place
+// where errors meet status codes; every handler answers errors through it.
+//
+//	mbx.ErrBadHop           401 {"error":"bad relay hop"}
+//	ErrNotEnrolled          401 {"error":"not enrolled"}
+//	ErrRevoked              403
+//	ErrDenied               403
+//	ErrNotFound             404
+//	ErrStaleEpoch           409 {"code":"EPOCH","epoch":…}
+//	ErrNameTaken            409
+//	ErrStaleRecord          409
+//	ErrTooLarge             413
+//	ErrRateLimited          429
+//	ErrBadAck               400 {"code":"BAD_ACK","head_seq":…}
+//	ErrBadRequest, record refusals (mbx.ErrBad…)  400
+//	ErrRelayFull, ErrTooManyChallenges, ErrCommit, ErrClosed  503
+//	anything else           500 {"error":"internal error"}
+func errorResponse(err error) (int, mbx.ErrorResponse) {
+	body := mbx.ErrorResponse{Error: err.Error()}
+	var ae *apiError
+	if errors.As(err, &ae) {
+		body.Epoch, body.HeadSeq = ae.epoch, ae.headSeq
+	}
+	switch {
+	case errors.Is(err, mbx.ErrBadHop):
+		return http.StatusUnauthorized, mbx.ErrorResponse{Error: "bad relay hop"}
+	case errors.Is(err, ErrNotEnrolled):
+		return http.StatusUnauthorized, mbx.ErrorResponse{Error: "not enrolled"}
+	case errors.Is(err, ErrRevoked), errors.Is(err, ErrDenied):
+		return http.StatusForbidden, body
+	case errors.Is(err, ErrNotFound):
+		return http.StatusNotFound, body
+	case errors.Is(err, ErrStaleEpoch):
+		body.Code = mbx.CodeEpoch
+		return http.StatusConflict, body
+	case errors.Is(err, ErrNameTaken), errors.Is(err, ErrStaleRecord):
+		return http.StatusConflict, body
+	case errors.Is(err, ErrTooLarge):
+		return http.StatusRequestEntityTooLarge, body
+	case errors.Is(err, ErrRateLimited):
+		return http.StatusTooManyRequests, body
+	case errors.Is(err, ErrBadAck):
+		body.Code = mbx.CodeBadAck
+		return http.StatusBadRequest, body
+	case errors.Is(err, ErrBadRequest), errors.Is(err, mbx.ErrBadEnrolment),
+		errors.Is(err, mbx.ErrBadEncAd), errors.Is(err, mbx.ErrBadRotation),
+		errors.Is(err, mbx.ErrBadSenderList):
+		return http.StatusBadRequest, body
+	case errors.Is(err, ErrRelayFull), errors.Is(err, ErrTooManyChallenges):
+		return http.StatusServiceUnavailable, body
+	case errors.Is(err, ErrCommit), errors.Is(err, ErrClosed):
+		return http.StatusServiceUnavailable, mbx.ErrorResponse{Error: "relay store unavailable, retry"}
+	default:
+		return http.StatusInternalServerError, mbx.ErrorResponse{Error: "internal error"}
+	}
+}

@@ -1,0 +1,137 @@
+package relayserver
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+
+	"github.com/agentmbx/agentmbx/mbx"
+)
+
+// staleEpoch is the 409 of a request that names an epoch that is not current.
+func (s *Server) staleEpoch(got string) error {
+	return &apiError{err: fmt.Errorf("epoch %q is not current: %w", got, ErrStaleEpoch), epoch: s.epoch}
+}
+
+// handlePull is GET /v2/relay/items?after=&limit=&epoch= (spec §4).
+func (s *Server) handlePull(w http.ResponseWriter, r *http.Request) {
+	caller, err := s.authenticate(r, nil)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	q := r.URL.Query()
+	if e := q.Get("epoch"); e != "" && e != s.epoch {
+		s.writeError(w, r, s.staleEpoch(e))
+		return
+	}
+	after, err := queryInt(q.Get("after"), 0)
+	if err != nil || after < 0 {
+		s.writeError(w, r, fmt.Errorf("%w: after must be a non-negative integer", ErrBadRequest))
+		return
+	}
+	limit, err := queryInt(q.Get("limit"), int64(s.lim.MaxPull))
+	if err != nil || limit < 1 {
+		s.writeError(w, r, fmt.Errorf("%w: limit must be a positive integer", ErrBadRequest))
+		return
+	}
+	limit = min(limit, int64(s.lim.MaxPull))
+	page, err := s.store.Pull(r.Context(), caller.HostPubkey, after, int(limit), s.lim.MaxPullBytes)
+	if err != nil {
+		s.writeError(w, r, fmt.Errorf("pull: %w", err))
+		return
+	}
+	resp := mbx.PullResponse{Epoch: s.epoch, HeadSeq: page.HeadSeq, Items: make([]mbx.PullItem, len(page.Items)),
+		LastSeq: after, More: page.More}
+	for i, it := range page.Items {
+		resp.Items[i] = mbx.PullItem{Seq: it.Seq, Kind: string(it.Kind), ItemID: it.ItemID,
+			SenderPubkey: it.Sender, WireB64: mbx.B64(it.Wire)}
+		resp.LastSeq = it.Seq
+	}
+	s.writeJSON(w, http.StatusOK, resp)
+}
+
+func queryInt(s string, def int64) (int64, error) {
+	if s == "" {
+		return def, nil
+	}
+	return strconv.ParseInt(s, 10, 64)
+}
+
+// handleAck is POST /v2/relay/ack {epoch, through} (spec §4).
+func (s *Server) handleAck(w http.ResponseWriter, r *http.Request) {
+	body, err := readBody(w, r, s.opt.MaxSmallBody)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	caller, err := s.authenticate(r, body)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	var req struct {
+		Epoch   *string      `json:"epoch"`
+		Through *json.Number `json:"through"`
+	}
+	if err := decodeJSON(body, &req); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	if req.Through == nil {
+		s.writeError(w, r, fmt.Errorf("%w: through is required", ErrBadRequest))
+		return
+	}
+	through, err := req.Through.Int64()
+	if err != nil || through < 0 {
+		s.writeError(w, r, fmt.Errorf("%w: through must be a non-negative integer", ErrBadRequest))
+		return
+	}
+	if req.Epoch != nil && *req.Epoch != s.epoch {
+		s.writeError(w, r, s.staleEpoch(*req.Epoch))
+		return
+	}
+	var res AckResult
+	err = s.store.Update(r.Context(), func(tx Tx) error {
+		var err error
+		res, err = tx.Ack(caller.HostPubkey, through)
+		return err
+	})
+	if errors.Is(err, ErrBadAck) {
+		h, herr := s.store.Head(r.Context(), caller.HostPubkey)
+		ae := &apiError{err: err}
+		if herr == nil {
+			ae.headSeq = &h.HeadSeq
+		}
+		s.writeError(w, r, ae)
+		return
+	}
+	if err != nil {
+		s.writeError(w, r, fmt.Errorf("ack: %w", err))
+		return
+	}
+	s.writeJSON(w, http.StatusOK, mbx.AckResponse{AckedThrough: res.AckedThrough, Deleted: res.Deleted, HeadSeq: res.HeadSeq})
+}
+
+// handleInfo is GET /v2/relay/info (spec §1): the relay's key, epoch and limits, and with a valid
+// hop the caller's own position.
+func (s *Server) handleInfo(w http.ResponseWriter, r *http.Request) {
+	resp := mbx.InfoResponse{V: 2, RelayPubkey: s.key.PublicKey(), Epoch: s.epoch, Version: s.opt.Version, Limits: s.lim}
+	if r.Header.Get(mbx.HeaderSig) != "" {
+		if e, err := s.authenticate(r, nil); err == nil {
+			h, err := s.store.Head(r.Context(), e.HostPubkey)
+			if err != nil {
+				s.writeError(w, r, fmt.Errorf("info: %w", err))
+				return
+			}
+			you := &mbx.InfoCaller{Host: e.HostName, Pubkey: e.HostPubkey, HeadSeq: h.HeadSeq, AckedThrough: h.AckedThrough}
+			if ad, err := s.store.EncAd(r.Context(), e.HostPubkey); err == nil {
+				you.EncAd, _ = json.Marshal(encAnswer(e, ad))
+			}
+			resp.You = you
+		}
+	}
+	s.writeJSON(w, http.StatusOK, resp)
+}

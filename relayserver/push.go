@@ -1,0 +1,316 @@
+package relayserver
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"slices"
+	"time"
+	"unicode/utf16"
+
+	"github.com/agentmbx/agentmbx/mbx"
+	"github.com/agentmbx/agentmbx/relayserver/failpoint"
+)
+
+// Rejection codes of pushed items ("rejected:<code>").
+const (
+	RejectConflict        = "conflict"
+	RejectDuplicateTarget = "duplicate target"
+	RejectNotEnrolled     = "target not enrolled"
+	RejectRevoked         = "target revoked"
+	RejectSender          = "sender not accepted by target"
+	RejectTooLarge        = "item too large"
+	RejectRate            = "rate"
+	RejectNotSealed       = "envelope body is not sealed"
+	RejectEnvelopeID      = "item id is not the envelope id"
+	RejectBadEnvelope     = "bad envelope"
+	RejectBadReceipt      = "bad receipt"
+	RejectQueueItems      = "quota:queue_items"
+	RejectQueueBytes      = "quota:queue_bytes"
+	RejectSenderItems     = "quota:sender_items"
+	RejectSenderBytes     = "quota:sender_bytes"
+	RejectOwnerItems      = "quota:owner_items"
+	RejectOwnerBytes      = "quota:owner_bytes"
+)
+
+// rejection is an item's refusal; inside a store unit it rolls the item back.
+type rejection struct{ code string }
+
+func (r *rejection) Error() string { return "rejected:" + r.code }
+
+func reject(code string) error { return &rejection{code: code} }
+
+// pushTarget is a decoded target of a pushed item.
+type pushTarget struct {
+	pub  string
+	wire []byte
+	hash string
+}
+
+// pushWork is one item on its way through a push.
+type pushWork struct {
+	kind    Kind
+	itemID  string
+	targets []pushTarget
+	// Filled by the checks and the store unit.
+	code    string // rejection code, "" while the item is still in play
+	seqs    []int64
+	dup     bool // every target was already stored
+	firstAt time.Time
+}
+
+// parsePush decodes and checks the shape of a push body. Any malformed part fails the whole
+// request (400) before anything is looked at, so nothing is stored.
+func (s *Server) parsePush(body []byte) ([]*pushWork, error) {
+	var req mbx.PushRequest
+	if err := decodeJSON(body, &req); err != nil {
+		return nil, err
+	}
+	if len(req.Items) == 0 {
+		return nil, fmt.Errorf("%w: no items", ErrBadRequest)
+	}
+	if len(req.Items) > s.lim.MaxBatch {
+		return nil, fmt.Errorf("%w: %d items, max_batch is %d", ErrBadRequest, len(req.Items), s.lim.MaxBatch)
+	}
+	work := make([]*pushWork, len(req.Items))
+	for i, it := range req.Items {
+		k := Kind(it.Kind)
+		if !k.Valid() {
+			return nil, fmt.Errorf("%w: items[%d]: unknown kind %q", ErrBadRequest, i, it.Kind)
+		}
+		if it.ItemID == "" || len(utf16.Encode([]rune(it.ItemID))) > mbx.MaxItemIDLen {
+			return nil, fmt.Errorf("%w: items[%d]: item_id must be 1 to %d characters", ErrBadRequest, i, mbx.MaxItemIDLen)
+		}
+		if len(it.Targets) == 0 || len(it.Targets) > s.lim.MaxTargets {
+			return nil, fmt.Errorf("%w: items[%d]: 1 to %d targets", ErrBadRequest, i, s.lim.MaxTargets)
+		}
+		w := &pushWork{kind: k, itemID: it.ItemID, targets: make([]pushTarget, len(it.Targets))}
+		for j, t := range it.Targets {
+			if !mbx.ValidPublicKey(t.HostPubkey) {
+				return nil, fmt.Errorf("%w: items[%d].targets[%d]: host_pubkey is not a host key", ErrBadRequest, i, j)
+			}
+			wire, err := mbx.DecodeB64Lenient(t.WireB64)
+			if err != nil || len(wire) == 0 {
+				return nil, fmt.Errorf("%w: items[%d].targets[%d]: wire_b64 is not base64 of the wire bytes", ErrBadRequest, i, j)
+			}
+			w.targets[j] = pushTarget{pub: t.HostPubkey, wire: wire, hash: mbx.WireHash(wire)}
+		}
+		work[i] = w
+	}
+	return work, nil
+}
+
+// checkItem applies the checks that need no state: size, repeated targets, and the wire rules of
+// the kind. It sets w.code on a refusal.
+func (s *Server) checkItem(w *pushWork, sender string) {
+	seen := make(map[string]bool, len(w.targets))
+	for _, t := range w.targets {
+		if seen[t.pub] {
+			w.code = RejectDuplicateTarget
+			return
+		}
+		seen[t.pub] = true
+		if int64(len(t.wire)) > s.lim.MaxItemBytes {
+			w.code = RejectTooLarge
+			return
+		}
+	}
+	for _, t := range w.targets {
+		switch w.kind {
+		case KindEnvelope:
+			w.code = checkEnvelopeWire(w.itemID, t.wire)
+		case KindReceipt:
+			if _, err := mbx.CheckReceiptWire(w.itemID, t.wire, sender); err != nil {
+				w.code = RejectBadReceipt
+				if errors.Is(err, mbx.ErrReceiptItemID) || errors.Is(err, mbx.ErrReceiptNotSender) {
+					w.code = err.Error()
+				}
+			}
+		}
+		if w.code != "" {
+			return
+		}
+	}
+}
+
+// checkEnvelopeWire checks what the relay can see of an envelope: it is a JSON object whose id is
+// the item id, and its body is sealed (enc is an object).
+func checkEnvelopeWire(itemID string, wire []byte) string {
+	v, err := mbx.ParseJSON(wire)
+	if err != nil {
+		return RejectBadEnvelope
+	}
+	m, ok := v.(map[string]any)
+	if !ok {
+		return RejectBadEnvelope
+	}
+	if id, _ := m["id"].(string); id != itemID {
+		return RejectEnvelopeID
+	}
+	if enc, ok := m["enc"].(map[string]any); !ok || enc == nil {
+		return RejectNotSealed
+	}
+	return ""
+}
+
+// storeItem is the store unit of one item: every target is checked and inserted in turn; any
+// refusal rolls the whole item back.
+func (s *Server) storeItem(tx Tx, w *pushWork, sender string, now time.Time) error {
+	w.seqs = make([]int64, len(w.targets))
+	w.dup = true
+	for i, t := range w.targets {
+		d, err := tx.Dedup(sender, w.itemID, t.pub)
+		if err == nil {
+			if d.WireHash != t.hash {
+				return reject(RejectConflict)
+			}
+			w.seqs[i] = d.Seq
+			if w.firstAt.IsZero() || d.AcceptedAt.Before(w.firstAt) {
+				w.firstAt = d.AcceptedAt
+			}
+			continue
+		}
+		if !errors.Is(err, ErrNotFound) {
+			return err
+		}
+		w.dup = false
+		e, err := tx.Enrolment(t.pub)
+		if errors.Is(err, ErrNotFound) {
+			return reject(RejectNotEnrolled)
+		}
+		if err != nil {
+			return err
+		}
+		if !e.Live() {
+			return reject(RejectRevoked)
+		}
+		ok, err := tx.SenderAllowed(t.pub, sender)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			return reject(RejectSender)
+		}
+		if err := s.checkQuota(tx, e, sender, int64(len(t.wire))); err != nil {
+			return err
+		}
+		seq, err := tx.InsertItem(Item{Target: t.pub, Kind: w.kind, ItemID: w.itemID, Sender: sender,
+			Wire: t.wire, WireHash: t.hash, AcceptedAt: now, ExpiresAt: now.Add(s.lim.Retention())})
+		if err != nil {
+			return err
+		}
+		w.seqs[i] = seq
+	}
+	if !w.dup {
+		w.firstAt = now
+	}
+	return nil
+}
+
+// checkQuota refuses an item that would take the target's queue, the sender's share of it, or
+// the target's proven account over its limits (spec §7). An unproven owner claim is never charged.
+func (s *Server) checkQuota(tx Tx, target Enrolment, sender string, n int64) error {
+	u, err := tx.Usage(target.HostPubkey, sender)
+	if err != nil {
+		return err
+	}
+	switch {
+	case u.Target.Items+1 > s.lim.MaxQueueItems:
+		return reject(RejectQueueItems)
+	case u.Target.Bytes+n > s.lim.MaxQueueBytes:
+		return reject(RejectQueueBytes)
+	case u.Sender.Items+1 > s.lim.MaxSenderItems:
+		return reject(RejectSenderItems)
+	case u.Sender.Bytes+n > s.lim.MaxSenderBytes:
+		return reject(RejectSenderBytes)
+	}
+	if target.Account == "" {
+		return nil
+	}
+	a, err := tx.AccountUsage(target.Account)
+	if err != nil {
+		return err
+	}
+	switch {
+	case a.Items+1 > s.lim.MaxOwnerItems:
+		return reject(RejectOwnerItems)
+	case a.Bytes+n > s.lim.MaxOwnerBytes:
+		return reject(RejectOwnerBytes)
+	}
+	return nil
+}
+
+// handlePush is POST /v2/relay/items (spec §3).
+func (s *Server) handlePush(w http.ResponseWriter, r *http.Request) {
+	body, err := readBody(w, r, s.opt.MaxBody)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	caller, err := s.authenticate(r, body)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	work, err := s.parsePush(body)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	now := s.opt.Clock()
+	sender := caller.HostPubkey
+	rated := !s.pushR.allow(sender, now)
+	for _, it := range work {
+		if rated {
+			it.code = RejectRate
+			continue
+		}
+		s.checkItem(it, sender)
+	}
+	if slices.ContainsFunc(work, func(it *pushWork) bool { return it.code == "" }) {
+		err = s.store.Update(r.Context(), func(tx Tx) error {
+			for _, it := range work {
+				if it.code != "" {
+					continue
+				}
+				err := tx.Unit(func(tx Tx) error { return s.storeItem(tx, it, sender, now) })
+				var rj *rejection
+				switch {
+				case errors.As(err, &rj):
+					it.code = rj.code
+				case err != nil:
+					return err // a store failure fails the whole request; nothing is claimed
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			s.writeError(w, r, fmt.Errorf("push: %w", err))
+			return
+		}
+	}
+	resp := mbx.PushResponse{Results: make([]mbx.PushResult, len(work))}
+	for i, it := range work {
+		if it.code != "" {
+			resp.Results[i] = mbx.RejectedResult(it.itemID, it.code)
+			continue
+		}
+		targets := make([]mbx.AcceptTarget, len(it.targets))
+		for j, t := range it.targets {
+			targets[j] = mbx.AcceptTarget{HostPubkey: t.pub, Seq: it.seqs[j], WireHash: t.hash}
+		}
+		status := mbx.StatusAccepted
+		if it.dup {
+			status = mbx.StatusDuplicate
+		}
+		a := mbx.NewAccept(s.key.PublicKey(), s.epoch, sender, it.itemID, targets, it.firstAt)
+		res, err := mbx.AcceptedResult(s.key, status, a)
+		if err != nil {
+			s.writeError(w, r, fmt.Errorf("push: sign accept: %w", err))
+			return
+		}
+		resp.Results[i] = res
+	}
+	_ = failpoint.Inject(FailAfterCommitBeforeResponse)
+	s.writeJSON(w, http.StatusOK, resp)
+}
