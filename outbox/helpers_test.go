@@ -43,6 +43,9 @@ func openDB(t testing.TB, sync bool) *bbolt.DB {
 		t.Fatalf("bbolt open: %v", err)
 	}
 	db.NoSync = !sync
+	if !sync {
+		db.MaxBatchDelay = 0 // Store.Add batches; unit tests have one writer and nothing to wait for
+	}
 	t.Cleanup(func() { _ = db.Close() })
 	return db
 }

@@ -127,6 +127,8 @@ func view[T any](ctx context.Context, s *Store, fn func(*Tx) (T, error)) (T, err
 
 // Add creates rows in one transaction through Batch (concurrent senders share an fsync). It is
 // all or nothing: if one row is refused, none is stored. Each returned Row has been committed.
+// A lone caller waits up to the database's MaxBatchDelay (bbolt's default 10 ms) for company;
+// use Update with Tx.Add where that latency matters more than throughput.
 func (s *Store) Add(ctx context.Context, rows ...NewRow) ([]Row, error) {
 	var out []Row
 	err := s.Batch(ctx, func(t *Tx) error {
