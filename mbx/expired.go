@@ -95,3 +95,25 @@ func CheckExpiryNotice(wire []byte, fromSender, pinnedRelay string) (ExpiryNotic
 	}
 	return n, nil
 }
+
+// SweepReport is what one retention sweep did, as the relay logs it (not signed). NoticesSkipped
+// counts senders that could not be told: their key is no longer enrolled, or their own queue is
+// full (their own deadline alerts them).
+type SweepReport struct {
+	V             int    `json:"v"`
+	Type          string `json:"type"` // "relay-sweep"
+	At            string `json:"at"`
+	RetentionDays int    `json:"retention_days"`
+	Expired       struct {
+		Envelope int64 `json:"envelope"`
+		Receipt  int64 `json:"receipt"`
+		Expired  int64 `json:"expired"`
+	} `json:"expired"`
+	Notices        int64 `json:"notices"`
+	NoticesSkipped struct {
+		NotEnrolled int64 `json:"not_enrolled"`
+		OverCap     int64 `json:"over_cap"`
+	} `json:"notices_skipped"`
+	DedupPruned int64 `json:"dedup_pruned"`
+	FreedBytes  int64 `json:"freed_bytes"`
+}
