@@ -1,0 +1,9 @@
+package relayserver
+
+// Test hooks for the external test package.
+
+// PendingChallenges is the number of open enrolment challenges.
+func (s *Server) PendingChallenges() int { return s.chal.len() }
+
+// RateTableLen is the number of client addresses the enrolment rate table remembers.
+func (s *Server) RateTableLen() int { return s.enrolR.len() }

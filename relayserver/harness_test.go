@@ -1,0 +1,211 @@
+package relayserver_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/agentmbx/agentmbx/mbx"
+	"github.com/agentmbx/agentmbx/relayserver"
+	"github.com/agentmbx/agentmbx/relayserver/sqlitestore"
+)
+
+var bg = context.Background()
+
+// t0 is the tests' start of time: 2026-03-14T09:26:53.589Z.
+var t0 = time.UnixMilli(1773480413589).UTC()
+
+type clock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *clock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
+func (c *clock) Add(d time.Duration) { c.mu.Lock(); c.t = c.t.Add(d); c.mu.Unlock() }
+
+// seeded is a deterministic byte source.
+func seeded(n uint64) io.Reader { return rand.NewChaCha8([32]byte{byte(n), byte(n >> 8), 7}) }
+
+func keyFor(t testing.TB, n uint64) mbx.SigningKey {
+	k, err := mbx.GenerateSigningKey(seeded(1000 + n))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return k
+}
+
+// relay is a Server over a SQLite store in a temp dir, behind an httptest server, with a fake
+// clock.
+type relay struct {
+	t     testing.TB
+	dir   string
+	key   mbx.SigningKey
+	clock *clock
+	opts  func(*relayserver.Options)
+	store *sqlitestore.Store
+	srv   *relayserver.Server
+	ts    *httptest.Server
+}
+
+func newRelay(t testing.TB, opts func(*relayserver.Options)) *relay {
+	r := &relay{t: t, dir: t.TempDir(), key: keyFor(t, 0), clock: &clock{t: t0}, opts: opts}
+	r.start()
+	t.Cleanup(r.stop)
+	return r
+}
+
+func (r *relay) start() {
+	st, err := sqlitestore.Open(bg, r.dir, &sqlitestore.Options{LockWait: 5 * time.Second})
+	if err != nil {
+		r.t.Fatalf("open store: %v", err)
+	}
+	o := relayserver.Options{Key: r.key, Clock: r.clock.Now, Rand: seeded(42), Version: "test"}
+	if r.opts != nil {
+		r.opts(&o)
+	}
+	srv, err := relayserver.New(bg, st, o)
+	if err != nil {
+		st.Close()
+		r.t.Fatalf("new server: %v", err)
+	}
+	r.store, r.srv = st, srv
+	r.ts = httptest.NewServer(srv)
+}
+
+func (r *relay) stop() {
+	if r.ts != nil {
+		r.ts.Close()
+		r.store.Close()
+		r.ts = nil
+	}
+}
+
+func (r *relay) restart() { r.stop(); r.start() }
+
+type host struct {
+	name string
+	key  mbx.SigningKey
+}
+
+func (h host) pub() string { return h.key.PublicKey() }
+
+func newHost(t testing.TB, name string, n uint64) host { return host{name: name, key: keyFor(t, n)} }
+
+// call sends a request; with h non-nil it is signed as a v2 hop by h at the relay's clock.
+func (r *relay) call(h *host, method, path string, body []byte) (int, []byte) {
+	r.t.Helper()
+	req, err := http.NewRequest(method, r.ts.URL+path, bytes.NewReader(body))
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	if h != nil {
+		for k, v := range mbx.SignRelayHop(h.key, h.name, method, mbx.RelaySignedPath(req.URL), body, r.clock.Now(), true) {
+			req.Header[k] = v
+		}
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		r.t.Fatalf("%s %s: %v", method, path, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	return resp.StatusCode, b
+}
+
+func mustJSON(t testing.TB, v any) []byte {
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func decode[T any](t testing.TB, b []byte) T {
+	t.Helper()
+	var v T
+	if err := json.Unmarshal(b, &v); err != nil {
+		t.Fatalf("decode %T from %s: %v", v, b, err)
+	}
+	return v
+}
+
+func (r *relay) enrol(h host) {
+	r.t.Helper()
+	if code, b := r.tryEnrol(h, ""); code != 200 {
+		r.t.Fatalf("enrol %s: %d %s", h.name, code, b)
+	}
+}
+
+func (r *relay) tryEnrol(h host, proof string) (int, []byte) {
+	r.t.Helper()
+	code, b := r.call(nil, "POST", "/v1/relay/challenge", mustJSON(r.t, mbx.ChallengeRequest{Host: h.name, Pubkey: h.pub()}))
+	if code != 200 {
+		return code, b
+	}
+	c := decode[mbx.ChallengeResponse](r.t, b)
+	req, err := mbx.SignEnrolment(h.key, h.name, c.Challenge, "")
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	req.Proof = proof
+	return r.call(nil, "POST", "/v1/relay/enrol", mustJSON(r.t, req))
+}
+
+// envWire is a stand-in sealed envelope: the relay sees only its id and that enc is set.
+func envWire(id, extra string) []byte {
+	return []byte(fmt.Sprintf(`{"v":3,"id":%q,"body":"c2VhbGVk%s","enc":{"v":1,"alg":"x25519+xchacha20poly1305","body":"c2VhbGVk"}}`, id, extra))
+}
+
+func envItem(id string, targets ...host) mbx.PushItem {
+	it := mbx.PushItem{Kind: "envelope", ItemID: id}
+	for _, t := range targets {
+		it.Targets = append(it.Targets, mbx.PushTarget{HostPubkey: t.pub(), WireB64: mbx.B64(envWire(id, ""))})
+	}
+	return it
+}
+
+func (r *relay) push(h host, items ...mbx.PushItem) mbx.PushResponse {
+	r.t.Helper()
+	code, b := r.call(&h, "POST", "/v2/relay/items", mustJSON(r.t, mbx.PushRequest{Items: items}))
+	if code != 200 {
+		r.t.Fatalf("push: %d %s", code, b)
+	}
+	return decode[mbx.PushResponse](r.t, b)
+}
+
+func (r *relay) pull(h host, after int64) mbx.PullResponse {
+	r.t.Helper()
+	code, b := r.call(&h, "GET", fmt.Sprintf("/v2/relay/items?after=%d&limit=500", after), nil)
+	if code != 200 {
+		r.t.Fatalf("pull: %d %s", code, b)
+	}
+	return decode[mbx.PullResponse](r.t, b)
+}
+
+func statuses(resp mbx.PushResponse) []string {
+	var out []string
+	for _, r := range resp.Results {
+		out = append(out, r.Status)
+	}
+	return out
+}
+
+func ids(p mbx.PullResponse) []string {
+	var out []string
+	for _, it := range p.Items {
+		out = append(out, it.ItemID)
+	}
+	return out
+}

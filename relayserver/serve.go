@@ -1,0 +1,175 @@
+package relayserver
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/agentmbx/agentmbx/mbx"
+)
+
+// Env names read by Serve's callers.
+const (
+	EnvRelayDir        = "MBX_RELAY_DIR"
+	EnvRelayTrustProxy = "MBX_RELAY_TRUST_PROXY"
+)
+
+// ServeConfig is what `agentmbx relay serve` runs.
+type ServeConfig struct {
+	// StoreDir holds the store and relay.key.
+	StoreDir string
+	// Listen is the address to listen on (default ":7374"); "127.0.0.1:0" picks a free port.
+	Listen string
+	// AddrFile, when set, receives the bound host:port (written atomically) once listening.
+	AddrFile string
+	// Open opens the store in a directory (sqlitestore.Open in production).
+	Open func(ctx context.Context, dir string) (Store, error)
+	// Options of the Server; Key is filled from LoadKey.
+	Options Options
+	// Getenv reads MBX_RELAY_KEY. Default os.Getenv.
+	Getenv func(string) string
+	// ShutdownTimeout bounds the graceful shutdown. Default 10 s.
+	ShutdownTimeout time.Duration
+	// HeartbeatEvery is how often the store's heartbeat is written. Default mbx.RelayHeartbeat.
+	HeartbeatEvery time.Duration
+}
+
+// Serve runs the relay until ctx is done, then shuts down gracefully: it stops accepting, lets
+// requests in flight finish (each answered only after its commit), and closes the store.
+//
+// At start it loads the relay key (LoadKey), opens the store, binds the key to it, and rotates the
+// epoch when the stored heartbeat is older than mbx.RelayHeartbeatStale (a restore or a long
+// outage, spec §5).
+func Serve(ctx context.Context, cfg ServeConfig) (err error) {
+	if cfg.StoreDir == "" {
+		return fmt.Errorf("relayserver: serve: no store directory (--store-dir or %s)", EnvRelayDir)
+	}
+	if cfg.Listen == "" {
+		cfg.Listen = fmt.Sprintf(":%d", mbx.DefaultRelayPort)
+	}
+	if cfg.Getenv == nil {
+		cfg.Getenv = os.Getenv
+	}
+	if cfg.ShutdownTimeout <= 0 {
+		cfg.ShutdownTimeout = 10 * time.Second
+	}
+	if cfg.HeartbeatEvery <= 0 {
+		cfg.HeartbeatEvery = mbx.RelayHeartbeat
+	}
+	opt := cfg.Options
+	if opt.Logger == nil {
+		opt.Logger = slog.New(slog.DiscardHandler)
+	}
+	if opt.Clock == nil {
+		opt.Clock = time.Now
+	}
+	log := opt.Logger
+	if opt.Rand == nil {
+		opt.Rand = rand.Reader
+	}
+	key, src, err := LoadKey(cfg.StoreDir, cfg.Getenv, opt.Rand)
+	if err != nil {
+		return err
+	}
+	opt.Key = key
+	store, err := cfg.Open(ctx, cfg.StoreDir)
+	if err != nil {
+		return fmt.Errorf("relayserver: serve: %w", err)
+	}
+	defer func() {
+		if cerr := store.Close(); cerr != nil && err == nil {
+			err = cerr
+		}
+	}()
+	meta, err := store.Meta(ctx)
+	if err != nil {
+		return fmt.Errorf("relayserver: serve: %w", err)
+	}
+	now := opt.Clock()
+	if !meta.Heartbeat.IsZero() && now.Sub(meta.Heartbeat) > mbx.RelayHeartbeatStale {
+		epoch, err := store.RotateEpoch(ctx)
+		if err != nil {
+			return fmt.Errorf("relayserver: serve: %w", err)
+		}
+		log.Warn("store heartbeat is stale (restore or long outage): epoch rotated",
+			"heartbeat", meta.Heartbeat, "epoch", epoch)
+	}
+	if err := store.Heartbeat(ctx, now); err != nil {
+		return fmt.Errorf("relayserver: serve: %w", err)
+	}
+	srv, err := New(ctx, store, opt)
+	if err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		return fmt.Errorf("relayserver: serve: %w", err)
+	}
+	hs := &http.Server{Handler: srv, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 2 * time.Minute,
+		WriteTimeout: 2 * time.Minute, IdleTimeout: 2 * time.Minute}
+	errc := make(chan error, 1)
+	go func() { errc <- hs.Serve(ln) }()
+	addr := ln.Addr().String()
+	log.Info("relay serving", "addr", addr, "store", cfg.StoreDir, "key", key, "key_source", src,
+		"epoch", srv.Epoch(), "trust_proxy", opt.TrustProxy)
+	if cfg.AddrFile != "" {
+		if err := writeFileAtomic(cfg.AddrFile, []byte(addr+"\n")); err != nil {
+			_ = hs.Close()
+			return fmt.Errorf("relayserver: serve: addr file: %w", err)
+		}
+	}
+	tick := time.NewTicker(cfg.HeartbeatEvery)
+	defer tick.Stop()
+	for {
+		select {
+		case err := <-errc:
+			return fmt.Errorf("relayserver: serve: %w", err)
+		case <-tick.C:
+			if err := store.Heartbeat(ctx, opt.Clock()); err != nil {
+				log.Warn("heartbeat failed", "err", err)
+			}
+		case <-ctx.Done():
+			log.Info("relay shutting down")
+			sctx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
+			defer cancel()
+			if err := hs.Shutdown(sctx); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				_ = hs.Close()
+				return fmt.Errorf("relayserver: shutdown: %w", err)
+			}
+			if err := store.Heartbeat(context.Background(), opt.Clock()); err != nil {
+				log.Warn("final heartbeat failed", "err", err)
+			}
+			return nil
+		}
+	}
+}
+
+// writeFileAtomic writes data to path through a temporary file and a rename, so a reader sees
+// either nothing or the whole content.
+func writeFileAtomic(path string, data []byte) error {
+	dir := filepath.Dir(path)
+	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp*")
+	if err != nil {
+		return err
+	}
+	tmp := f.Name()
+	_, werr := f.Write(data)
+	serr := f.Sync()
+	cerr := f.Close()
+	if err := errors.Join(werr, serr, cerr); err != nil {
+		_ = os.Remove(tmp)
+		return err
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		_ = os.Remove(tmp)
+		return err
+	}
+	return nil
+}
