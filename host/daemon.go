@@ -1,0 +1,163 @@
+package host
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"syscall"
+	"time"
+
+	"github.com/agentmbx/agentmbx/api"
+)
+
+// DefaultTick is the daemon's tick: an outbox pass and a sweep at least this often.
+const DefaultTick = 5 * time.Second
+
+// DaemonOptions configure RunDaemon.
+type DaemonOptions struct {
+	// Listen is the LAN listen address (host:port); default the one init recorded, else :7373.
+	Listen string
+	// Tick is how often the outbox loop runs without being woken (default DefaultTick).
+	Tick time.Duration
+	// AddrFile, when set, receives the bound LAN address (host:port, an unspecified IP written as
+	// 127.0.0.1) once the daemon listens: tests and scripts read the port of --listen :0 there.
+	AddrFile string
+	// Options are the options the host is opened with (nil: defaults).
+	Options *Options
+	// Ready, when set, is called with the open host once both listeners serve.
+	Ready func(h *Host)
+}
+
+// RunDaemon runs a host daemon on the home dir until ctx is done or the process gets SIGTERM or
+// SIGINT: the LAN server, the outbox loop (passes, receipts, sweeps and alerts) and the control
+// socket <dir>/agentmbx.sock (mode 0600) that commands and the SDK talk to. It holds the store's
+// lock the whole time. On the way out it stops taking requests, wakes long polls, waits for the
+// sends in flight and closes the store; it returns nil after a clean shutdown.
+func RunDaemon(ctx context.Context, dir string, opts DaemonOptions) (err error) {
+	ctx, stop := signal.NotifyContext(ctx, syscall.SIGTERM, os.Interrupt)
+	defer stop()
+	o := Options{LockTimeout: 200 * time.Millisecond}
+	if opts.Options != nil {
+		o = *opts.Options
+		if o.LockTimeout <= 0 {
+			o.LockTimeout = 200 * time.Millisecond
+		}
+	}
+	h, err := Open(dir, &o)
+	if err != nil {
+		if errors.Is(err, ErrLocked) {
+			return fmt.Errorf("host: daemon: %w", err)
+		}
+		return fmt.Errorf("host: daemon: %w", err)
+	}
+	defer func() {
+		if cerr := h.Close(); err == nil && cerr != nil {
+			err = cerr
+		}
+	}()
+	tick := opts.Tick
+	if tick <= 0 {
+		tick = DefaultTick
+	}
+	listen := opts.Listen
+	if listen == "" {
+		listen = h.ListenAddr()
+	}
+	if listen == "" {
+		listen = DefaultListen
+	}
+	if _, _, err := splitListen(listen); err != nil {
+		return fmt.Errorf("host: daemon: listen: %w: %v", ErrInvalid, err)
+	}
+	lanLn, err := net.Listen("tcp", listen)
+	if err != nil {
+		return fmt.Errorf("host: daemon: LAN listener: %w", err)
+	}
+	defer lanLn.Close()
+	sockPath := filepath.Join(dir, api.SocketName)
+	// We hold the store's lock, so a socket file left here is a dead daemon's.
+	if err := os.Remove(sockPath); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("host: daemon: stale control socket: %w", err)
+	}
+	sockLn, err := net.Listen("unix", sockPath)
+	if err != nil {
+		return fmt.Errorf("host: daemon: control socket: %w", err)
+	}
+	defer os.Remove(sockPath)
+	defer sockLn.Close()
+	if err := os.Chmod(sockPath, 0o600); err != nil {
+		return fmt.Errorf("host: daemon: control socket: %w", err)
+	}
+	bound := dialable(lanLn.Addr().(*net.TCPAddr))
+	h.mu.Lock()
+	h.daemon, h.bound, h.lanPort = true, bound, lanLn.Addr().(*net.TCPAddr).Port
+	h.mu.Unlock()
+	if opts.AddrFile != "" {
+		if err := writeFileAtomic(opts.AddrFile, []byte(bound+"\n"), 0o644); err != nil {
+			return fmt.Errorf("host: daemon: addr file: %w", err)
+		}
+	}
+
+	lanSrv := &http.Server{Handler: h.lanMux, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: time.Minute,
+		WriteTimeout: time.Minute, IdleTimeout: 2 * time.Minute, MaxHeaderBytes: 64 << 10}
+	sockSrv := &http.Server{Handler: controlHandler(h), ReadHeaderTimeout: 10 * time.Second}
+	errc := make(chan error, 2)
+	go func() { errc <- serveErr("LAN server", lanSrv.Serve(lanLn)) }()
+	go func() { errc <- serveErr("control socket", sockSrv.Serve(sockLn)) }()
+	loopCtx, cancelLoop := context.WithCancel(ctx)
+	loopDone := make(chan struct{})
+	go func() {
+		defer close(loopDone)
+		h.runOutbox(loopCtx, tick)
+	}()
+	h.log.Info("daemon running", "host", h.name, "fingerprint", h.key.Fingerprint(), "lan", bound, "socket", sockPath)
+	if opts.Ready != nil {
+		opts.Ready(h)
+	}
+
+	var runErr error
+	select {
+	case <-ctx.Done():
+	case runErr = <-errc:
+	}
+	h.log.Info("daemon stopping")
+	cancelLoop()
+	h.mail.close() // long polls (Wait) answer now
+	shutCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := lanSrv.Shutdown(shutCtx); err != nil {
+		lanSrv.Close()
+	}
+	if err := sockSrv.Shutdown(shutCtx); err != nil {
+		sockSrv.Close()
+	}
+	<-loopDone
+	h.sends.Wait()
+	h.mu.Lock()
+	h.daemon, h.bound, h.lanPort = false, "", 0
+	h.mu.Unlock()
+	h.log.Info("daemon stopped")
+	return runErr
+}
+
+func serveErr(what string, err error) error {
+	if errors.Is(err, http.ErrServerClosed) {
+		return nil
+	}
+	return fmt.Errorf("host: daemon: %s: %w", what, err)
+}
+
+// dialable is a bound address as a peer on this machine can dial it.
+func dialable(a *net.TCPAddr) string {
+	ip := a.IP
+	if ip == nil || ip.IsUnspecified() {
+		return net.JoinHostPort("127.0.0.1", strconv.Itoa(a.Port))
+	}
+	return net.JoinHostPort(ip.String(), strconv.Itoa(a.Port))
+}

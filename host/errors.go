@@ -1,0 +1,83 @@
+package host
+
+// Error is a sentinel error of this package. Code is the stable word the control socket answers
+// with (the client package's codes: bad_request, not_found, conflict, refused, unavailable, …)
+// and Hint what a person can do about it. Match with errors.Is against the sentinels below.
+type Error struct {
+	msg  string
+	code string
+	hint string
+}
+
+func newErr(code, msg, hint string) *Error { return &Error{msg: msg, code: code, hint: hint} }
+
+func (e *Error) Error() string { return e.msg }
+
+// Code is the control-socket error code of the error.
+func (e *Error) Code() string { return e.code }
+
+// Hint says what to do about the error ("" when there is nothing to add).
+func (e *Error) Hint() string { return e.hint }
+
+// Errors of the host home and its store (Init, Open).
+var (
+	// ErrExists is returned by Init when the home already holds an identity (host.key).
+	ErrExists = newErr("conflict", "host identity already exists",
+		"this home is initialized already; use another --home to create a second host")
+	// ErrNotInitialized is returned by Open when the home has no identity or no store yet.
+	ErrNotInitialized = newErr("not_found", "host home is not initialized",
+		"run `agentmbx init --host NAME` first, or point --home / MBX_HOME at an existing home")
+	// ErrLocked is returned (wrapped) by Open when another process, normally the daemon, holds
+	// the store.
+	ErrLocked = newErr("unavailable", "host store is locked by another process",
+		"a daemon is probably running on this home; its control socket answers for it")
+	// ErrSchema is returned by Open when the store was written by a newer binary.
+	ErrSchema = newErr("internal", "host store schema is newer than this binary", "upgrade agentmbx")
+	// ErrCorrupt is returned when a stored record cannot be decoded.
+	ErrCorrupt = newErr("internal", "host store record is corrupt", "")
+	// ErrClosed is returned by operations on a closed Host.
+	ErrClosed = newErr("unavailable", "host is closed", "")
+)
+
+// Errors of bad input. Every one of them is returned before anything was stored.
+var (
+	// ErrInvalid is returned for malformed input: a bad agent or host name, address, kind,
+	// an oversized subject or body, and the like. The message says which.
+	ErrInvalid = newErr("bad_request", "invalid input", "")
+	// ErrUnknownHost is returned by Send for an address name@host whose host is not a paired
+	// peer (nothing is stored).
+	ErrUnknownHost = newErr("bad_request", "unknown host (not a paired peer)",
+		"list paired hosts with `agentmbx peers`; pair with `agentmbx pair` / `agentmbx join` or `agentmbx peers add CARD`")
+	// ErrNoRecipients is returned by Send when the addresses match no local agent and no peer.
+	ErrNoRecipients = newErr("bad_request", "no recipients",
+		"address agents as name@host, name, role:ROLE, * or owner; `agentmbx agents` and `agentmbx peers` list who is there")
+	// ErrReserved is returned when a reserved agent name (mbx) is used as a sender or registered.
+	ErrReserved = newErr("bad_request", "reserved agent name", "")
+	// ErrNotFound is returned when a message, agent or peer does not exist.
+	ErrNotFound = newErr("not_found", "not found", "")
+)
+
+// Errors of the peers store.
+var (
+	// ErrPeerKeyMismatch is returned by PinPeer when a host of that name is pinned with another
+	// key and the new record does not retire the old key explicitly (list it in RetiredKeys).
+	// Remove the peer first to pin a new identity under its name.
+	ErrPeerKeyMismatch = newErr("conflict", "peer is pinned with another host key",
+		"if the peer really has a new identity, `agentmbx peers remove HOST` and pair again")
+	// ErrPeerKeyInUse is returned by PinPeer when the host key is already pinned under another
+	// name.
+	ErrPeerKeyInUse = newErr("conflict", "host key is already pinned under another name", "")
+	// ErrSelf is returned by PinPeer for this host's own name or key.
+	ErrSelf = newErr("bad_request", "cannot pin this host as its own peer", "")
+)
+
+// Errors of the LAN and receive paths.
+var (
+	// ErrUnpaired is returned when a request or item comes from a host that is not pinned.
+	ErrUnpaired = newErr("not_found", "host is not paired", "")
+	// ErrTooLarge is returned for a request body over the cap.
+	ErrTooLarge = newErr("too_large", "request too large", "")
+	// ErrPeerStatus is returned (wrapped) when a peer answers a LAN request with an unexpected
+	// HTTP status.
+	ErrPeerStatus = newErr("unavailable", "unexpected status from peer", "")
+)

@@ -1,0 +1,233 @@
+package host
+
+import (
+	"crypto/rand"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"regexp"
+	"time"
+
+	"go.etcd.io/bbolt"
+
+	"github.com/agentmbx/agentmbx/mbx"
+)
+
+// File names in the host home.
+const (
+	HostKeyFile = "host.key"    // Ed25519 host key, mbx.KeyFile JSON, 0600
+	EncKeyFile  = "enc.key"     // X25519 enc key, mbx.KeyFile JSON, 0600
+	StateFile   = "state.db"    // the bbolt store, 0600
+	RetiredEnc  = "enc.retired" // optional: JSON array of mbx.KeyFile, retired enc keys still tried when opening
+)
+
+// DefaultPort is the LAN port of a host daemon when --listen names none.
+const DefaultPort = 7373
+
+// DefaultListen is the LAN listen address when neither the daemon nor init named one.
+const DefaultListen = ":7373"
+
+// EnvHome names the environment variable that selects the host home.
+const EnvHome = "MBX_HOME"
+
+var hostRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$`)
+
+// ValidHostName reports whether s is a host name as the protocol allows it.
+func ValidHostName(s string) bool { return hostRE.MatchString(s) }
+
+// ResolveHome returns the host home: flag when set, else $MBX_HOME, else
+// ~/.local/share/agentmbx. The path is made absolute; nothing is created.
+func ResolveHome(flag string) (string, error) {
+	dir := flag
+	if dir == "" {
+		dir = os.Getenv(EnvHome)
+	}
+	if dir == "" {
+		home, err := os.UserHomeDir()
+		if err != nil {
+			return "", fmt.Errorf("host: resolve home: %w (set --home or %s)", err, EnvHome)
+		}
+		dir = filepath.Join(home, ".local", "share", "agentmbx")
+	}
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return "", fmt.Errorf("host: resolve home %q: %w", dir, err)
+	}
+	return abs, nil
+}
+
+// InitOptions are the settings of a new host.
+type InitOptions struct {
+	Host   string    // host name (required)
+	Listen string    // LAN listen address for the daemon (optional, default :7373)
+	Rand   io.Reader // key randomness (default crypto/rand)
+	Clock  func() time.Time
+}
+
+// Init creates a host home in dir: the directory (0700), the store with the host's name and
+// listen address, then enc.key and host.key (0600, mbx.KeyFile JSON). host.key is written last,
+// so an interrupted Init can simply be run again. It refuses a home that already has an identity
+// (ErrExists) and changes nothing then.
+func Init(dir string, opts InitOptions) error {
+	if !ValidHostName(opts.Host) {
+		return fmt.Errorf("host: init: %w: host name %q (letters, digits, . _ -; at most 63)", ErrInvalid, opts.Host)
+	}
+	if opts.Listen != "" {
+		if _, _, err := splitListen(opts.Listen); err != nil {
+			return fmt.Errorf("host: init: %w", err)
+		}
+	}
+	r := opts.Rand
+	if r == nil {
+		r = rand.Reader
+	}
+	clock := opts.Clock
+	if clock == nil {
+		clock = time.Now
+	}
+	if _, err := os.Stat(filepath.Join(dir, HostKeyFile)); err == nil {
+		return fmt.Errorf("host: init %s: %w", dir, ErrExists)
+	} else if !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("host: init: %w", err)
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("host: init: %w", err)
+	}
+	if err := os.Chmod(dir, 0o700); err != nil {
+		return fmt.Errorf("host: init: %w", err)
+	}
+	hk, err := mbx.GenerateSigningKey(r)
+	if err != nil {
+		return fmt.Errorf("host: init: %w", err)
+	}
+	ek, err := mbx.GenerateEncKey(r)
+	if err != nil {
+		return fmt.Errorf("host: init: %w", err)
+	}
+	db, err := bbolt.Open(filepath.Join(dir, StateFile), 0o600, &bbolt.Options{Timeout: time.Second})
+	if err != nil {
+		if errors.Is(err, bbolt.ErrTimeout) {
+			return fmt.Errorf("host: init: %w", ErrLocked)
+		}
+		return fmt.Errorf("host: init: open store: %w", err)
+	}
+	err = db.Update(func(tx *bbolt.Tx) error {
+		if err := createBuckets(tx); err != nil {
+			return err
+		}
+		m := tx.Bucket(bucketMeta)
+		if err := m.Put(metaHost, []byte(opts.Host)); err != nil {
+			return err
+		}
+		if err := m.Put(metaListen, []byte(opts.Listen)); err != nil {
+			return err
+		}
+		return m.Put(metaCreated, []byte(mbx.ISOTime(clock())))
+	})
+	if cerr := db.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("host: init: store: %w", err)
+	}
+	if err := writeKeyFile(filepath.Join(dir, EncKeyFile), ek.File()); err != nil {
+		return fmt.Errorf("host: init: %w", err)
+	}
+	if err := writeKeyFile(filepath.Join(dir, HostKeyFile), hk.File()); err != nil {
+		return fmt.Errorf("host: init: %w", err)
+	}
+	return nil
+}
+
+func writeKeyFile(path string, f mbx.KeyFile) error {
+	b, err := json.Marshal(f)
+	if err != nil {
+		return err
+	}
+	return writeFileAtomic(path, append(b, '\n'), 0o600)
+}
+
+// writeFileAtomic writes data to a temporary file next to path, fsyncs it and renames it over
+// path, then fsyncs the directory.
+func writeFileAtomic(path string, data []byte, perm os.FileMode) error {
+	dir := filepath.Dir(path)
+	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp*")
+	if err != nil {
+		return fmt.Errorf("write %s: %w", filepath.Base(path), err)
+	}
+	tmp := f.Name()
+	fail := func(err error) error {
+		f.Close()
+		os.Remove(tmp)
+		return fmt.Errorf("write %s: %w", filepath.Base(path), err)
+	}
+	if err := f.Chmod(perm); err != nil {
+		return fail(err)
+	}
+	if _, err := f.Write(data); err != nil {
+		return fail(err)
+	}
+	if err := f.Sync(); err != nil {
+		return fail(err)
+	}
+	if err := f.Close(); err != nil {
+		os.Remove(tmp)
+		return fmt.Errorf("write %s: %w", filepath.Base(path), err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		os.Remove(tmp)
+		return fmt.Errorf("write %s: %w", filepath.Base(path), err)
+	}
+	if d, err := os.Open(dir); err == nil {
+		d.Sync()
+		d.Close()
+	}
+	return nil
+}
+
+func readKeys(dir string) (mbx.SigningKey, mbx.EncKey, []mbx.EncKey, error) {
+	hb, err := os.ReadFile(filepath.Join(dir, HostKeyFile))
+	if errors.Is(err, fs.ErrNotExist) {
+		return mbx.SigningKey{}, mbx.EncKey{}, nil, ErrNotInitialized
+	} else if err != nil {
+		return mbx.SigningKey{}, mbx.EncKey{}, nil, err
+	}
+	hk, err := mbx.SigningKeyFromFile(hb)
+	if err != nil {
+		return mbx.SigningKey{}, mbx.EncKey{}, nil, fmt.Errorf("%s: %w", HostKeyFile, err)
+	}
+	eb, err := os.ReadFile(filepath.Join(dir, EncKeyFile))
+	if errors.Is(err, fs.ErrNotExist) {
+		return mbx.SigningKey{}, mbx.EncKey{}, nil, ErrNotInitialized
+	} else if err != nil {
+		return mbx.SigningKey{}, mbx.EncKey{}, nil, err
+	}
+	ek, err := mbx.EncKeyFromFile(eb)
+	if err != nil {
+		return mbx.SigningKey{}, mbx.EncKey{}, nil, fmt.Errorf("%s: %w", EncKeyFile, err)
+	}
+	var retired []mbx.EncKey
+	rb, err := os.ReadFile(filepath.Join(dir, RetiredEnc))
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+	case err != nil:
+		return mbx.SigningKey{}, mbx.EncKey{}, nil, err
+	default:
+		var files []mbx.KeyFile
+		if err := json.Unmarshal(rb, &files); err != nil {
+			return mbx.SigningKey{}, mbx.EncKey{}, nil, fmt.Errorf("%s: %w: not a JSON array of key files", RetiredEnc, ErrCorrupt)
+		}
+		for i, f := range files {
+			k, err := mbx.EncKeyFromPrivate(f.PrivateKey)
+			if err != nil {
+				return mbx.SigningKey{}, mbx.EncKey{}, nil, fmt.Errorf("%s: key %d: %w", RetiredEnc, i, err)
+			}
+			retired = append(retired, k)
+		}
+	}
+	return hk, ek, retired, nil
+}

@@ -1,0 +1,211 @@
+package host
+
+import (
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"go.etcd.io/bbolt"
+
+	"github.com/agentmbx/agentmbx/mbx"
+	"github.com/agentmbx/agentmbx/outbox"
+)
+
+// Options configure an open Host. A nil *Options means all defaults.
+type Options struct {
+	// Clock returns the current time (default time.Now). Tests inject a fake clock to move
+	// deadlines, backoff and hop windows without sleeping.
+	Clock func() time.Time
+	// Rand is the randomness for message ids, seals and pairing tokens (default crypto/rand).
+	Rand io.Reader
+	// Logger receives the host's logs (default slog.Default()).
+	Logger *slog.Logger
+	// LockTimeout is how long Open waits for the store's lock before ErrLocked (default 1 s).
+	LockTimeout time.Duration
+	// HTTPClient is used for LAN requests to peers (default: a client with a 30 s timeout).
+	HTTPClient *http.Client
+	// NoSync turns off fsync (bbolt NoSync). For benchmarks and tests that measure nothing but
+	// logic; never in production.
+	NoSync bool
+}
+
+// Host is one agentmbx host: its identity, its store and everything that acts on them. It
+// implements api.Service directly on the store (when no daemon runs) and is what the daemon
+// serves. All methods are safe for concurrent use.
+type Host struct {
+	dir     string
+	name    string
+	key     mbx.SigningKey
+	enc     mbx.EncKey
+	retired []mbx.EncKey // this host's retired enc keys, tried after enc when opening
+
+	db     *bbolt.DB
+	ob     *outbox.Store
+	clock  func() time.Time
+	rand   io.Reader
+	ulids  *mbx.ULIDs
+	log    *slog.Logger
+	client *http.Client
+
+	lanMux     *http.ServeMux
+	transports map[outbox.Transport]Transport
+
+	mail notifier      // wakes Wait when local mail arrives
+	kick chan struct{} // wakes the outbox loop (buffered, 1)
+
+	mu       sync.Mutex
+	listen   string // configured listen address (meta)
+	lanPort  int    // the bound LAN port while the daemon runs (x-mbx-port hint)
+	bound    string // the bound LAN address while the daemon runs
+	daemon   bool   // true while RunDaemon serves this host
+	closed   bool
+	inflight map[string]bool // hosts with a LAN batch in flight
+	sends    sync.WaitGroup  // send goroutines started by passes
+}
+
+// lockedReader serializes an injected randomness source, which need not be safe for concurrent
+// use.
+type lockedReader struct {
+	mu sync.Mutex
+	r  io.Reader
+}
+
+func (l *lockedReader) Read(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.r.Read(p)
+}
+
+// Open opens the host in dir. It fails with ErrNotInitialized when dir has no identity, and with
+// an error wrapping ErrLocked when another process holds the store (the daemon does while it
+// runs: talk to it over its control socket instead).
+func Open(dir string, opts *Options) (*Host, error) {
+	var o Options
+	if opts != nil {
+		o = *opts
+	}
+	if o.Clock == nil {
+		o.Clock = time.Now
+	}
+	if o.Rand == nil {
+		o.Rand = rand.Reader
+	} else {
+		o.Rand = &lockedReader{r: o.Rand}
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	if o.LockTimeout <= 0 {
+		o.LockTimeout = time.Second
+	}
+	if o.HTTPClient == nil {
+		o.HTTPClient = &http.Client{Timeout: 30 * time.Second}
+	}
+	hk, ek, retired, err := readKeys(dir)
+	if err != nil {
+		return nil, fmt.Errorf("host: open %s: %w", dir, err)
+	}
+	db, err := bbolt.Open(filepath.Join(dir, StateFile), 0o600, &bbolt.Options{Timeout: o.LockTimeout, NoSync: o.NoSync})
+	if err != nil {
+		if errors.Is(err, bbolt.ErrTimeout) {
+			return nil, fmt.Errorf("host: open %s: %w", dir, ErrLocked)
+		}
+		return nil, fmt.Errorf("host: open %s: %w", dir, err)
+	}
+	h := &Host{
+		dir: dir, key: hk, enc: ek, retired: retired, db: db,
+		clock: o.Clock, rand: o.Rand, ulids: mbx.NewULIDs(o.Rand), log: o.Logger, client: o.HTTPClient,
+		kick: make(chan struct{}, 1), inflight: map[string]bool{},
+	}
+	h.mail.init()
+	if err := db.Update(func(tx *bbolt.Tx) error {
+		if err := createBuckets(tx); err != nil {
+			return err
+		}
+		m := tx.Bucket(bucketMeta)
+		h.name = string(m.Get(metaHost))
+		h.listen = string(m.Get(metaListen))
+		return nil
+	}); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("host: open %s: %w", dir, err)
+	}
+	if h.name == "" {
+		db.Close()
+		return nil, fmt.Errorf("host: open %s: %w", dir, ErrNotInitialized)
+	}
+	ob, err := outbox.Open(db, &outbox.Options{Clock: o.Clock})
+	if err != nil {
+		db.Close()
+		return nil, fmt.Errorf("host: open %s: %w", dir, err)
+	}
+	h.ob = ob
+	h.transports = map[outbox.Transport]Transport{outbox.TransportLAN: &lanTransport{h: h}}
+	h.lanMux = h.newLANMux()
+	return h, nil
+}
+
+// Close closes the store. Wait calls in progress return.
+func (h *Host) Close() error {
+	h.mu.Lock()
+	if h.closed {
+		h.mu.Unlock()
+		return nil
+	}
+	h.closed = true
+	h.mu.Unlock()
+	h.mail.close()
+	if err := h.db.Close(); err != nil {
+		return fmt.Errorf("host: close: %w", err)
+	}
+	return nil
+}
+
+// Name is this host's name.
+func (h *Host) Name() string { return h.name }
+
+// Key is this host's Ed25519 host key.
+func (h *Host) Key() mbx.SigningKey { return h.key }
+
+// EncKey is this host's X25519 enc key.
+func (h *Host) EncKey() mbx.EncKey { return h.enc }
+
+// Dir is the host home.
+func (h *Host) Dir() string { return h.dir }
+
+// DB is the host's store, for packages that keep their buckets in the same file (the relay
+// inbox, quarantine). Compose with the host's own writes through its exported *Tx functions.
+func (h *Host) DB() *bbolt.DB { return h.db }
+
+// OutboxStore is the host's outbox store.
+func (h *Host) OutboxStore() *outbox.Store { return h.ob }
+
+// Now is the host's clock.
+func (h *Host) Now() time.Time { return h.clock() }
+
+// Rand is the host's randomness source (safe for concurrent use).
+func (h *Host) Rand() io.Reader { return h.rand }
+
+// Logger is the host's logger.
+func (h *Host) Logger() *slog.Logger { return h.log }
+
+// ListenAddr is the configured LAN listen address (from init), or "" when none was set.
+func (h *Host) ListenAddr() string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.listen
+}
+
+// kickOutbox wakes the outbox loop (if the daemon runs); it never blocks.
+func (h *Host) kickOutbox() {
+	select {
+	case h.kick <- struct{}{}:
+	default:
+	}
+}

@@ -1,0 +1,96 @@
+package host
+
+import (
+	"encoding/binary"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"go.etcd.io/bbolt"
+)
+
+// Top-level buckets of state.db (besides the outbox package's own "outbox" bucket). The layout
+// is described in doc.go.
+var (
+	bucketMeta     = []byte("meta")
+	bucketPeers    = []byte("peers")
+	bucketAgents   = []byte("agents")
+	bucketMessages = []byte("messages")
+	bucketMbox     = []byte("mbox")
+	bucketUnread   = []byte("unread")
+	bucketSent     = []byte("sent")
+	bucketRState   = []byte("rstate")
+	bucketSeen     = []byte("seen")
+	bucketSeenAt   = []byte("seen_at")
+
+	allBuckets = [][]byte{bucketMeta, bucketPeers, bucketAgents, bucketMessages, bucketMbox,
+		bucketUnread, bucketSent, bucketRState, bucketSeen, bucketSeenAt}
+
+	metaHost    = []byte("host")
+	metaListen  = []byte("listen")
+	metaCreated = []byte("created")
+	metaSchema  = []byte("schema")
+)
+
+// schemaVersion is the layout in doc.go. Open refuses a store with a higher one.
+const schemaVersion = 1
+
+func createBuckets(tx *bbolt.Tx) error {
+	for _, name := range allBuckets {
+		if _, err := tx.CreateBucketIfNotExists(name); err != nil {
+			return err
+		}
+	}
+	m := tx.Bucket(bucketMeta)
+	if v := m.Get(metaSchema); v != nil {
+		if len(v) != 8 {
+			return fmt.Errorf("%w: schema version", ErrCorrupt)
+		}
+		if got := binary.BigEndian.Uint64(v); got > schemaVersion {
+			return fmt.Errorf("%w: version %d, this binary knows %d", ErrSchema, got, schemaVersion)
+		}
+		return nil
+	}
+	return m.Put(metaSchema, binary.BigEndian.AppendUint64(nil, schemaVersion))
+}
+
+// key2 is a ‖ 0x00 ‖ b. Names and ids hold no NUL, so a prefix scan of a ‖ 0x00 finds exactly
+// a's entries.
+func key2(a, b string) []byte {
+	k := make([]byte, 0, len(a)+1+len(b))
+	k = append(k, a...)
+	k = append(k, 0)
+	return append(k, b...)
+}
+
+func prefix(a string) []byte { return append([]byte(a), 0) }
+
+// timeKey is be64(unix ms with the sign bit flipped) ‖ rest, so byte order is time order.
+func timeKey(t time.Time, rest string) []byte {
+	k := make([]byte, 8, 8+len(rest))
+	binary.BigEndian.PutUint64(k, uint64(t.UnixMilli())^(1<<63))
+	return append(k, rest...)
+}
+
+func keyTime(k []byte) time.Time {
+	return time.UnixMilli(int64(binary.BigEndian.Uint64(k[:8]) ^ (1 << 63))).UTC()
+}
+
+func getJSON(b *bbolt.Bucket, key []byte, v any) (bool, error) {
+	raw := b.Get(key)
+	if raw == nil {
+		return false, nil
+	}
+	if err := json.Unmarshal(raw, v); err != nil {
+		return true, fmt.Errorf("%w: %s %q: %v", ErrCorrupt, "record", key, err)
+	}
+	return true, nil
+}
+
+func putJSON(b *bbolt.Bucket, key []byte, v any) error {
+	raw, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	return b.Put(key, raw)
+}

@@ -1,0 +1,149 @@
+package host
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"go.etcd.io/bbolt"
+
+	"github.com/agentmbx/agentmbx/api"
+	"github.com/agentmbx/agentmbx/mbx"
+	"github.com/agentmbx/agentmbx/outbox"
+)
+
+// Version is the agentmbx version this host reports on GET /v2/status. The command line sets it
+// from its own version at start.
+var Version = "0.1.0-dev"
+
+func isoOrEmpty(t time.Time) string {
+	if t.IsZero() {
+		return ""
+	}
+	return mbx.ISOTime(t)
+}
+
+// apiRow is an outbox row as api.OutboxRow.
+func apiRow(r outbox.Row) api.OutboxRow {
+	return api.OutboxRow{
+		MsgID: r.MsgID, Host: r.Host, Kind: r.Kind.String(), State: r.State.String(),
+		Transport: r.Transport.String(), Attempts: r.Attempts, NextAt: isoOrEmpty(r.NextAt),
+		LastError: r.LastError, Relay: r.Relay, Epoch: r.Epoch, Seq: r.Seq,
+		AcceptedAt: isoOrEmpty(r.AcceptedAt), Deadline: isoOrEmpty(r.Deadline),
+	}
+}
+
+// Sent shows the per-recipient delivery state of a message this host sent: local recipients
+// from their mailboxes, remote ones from the delivery receipts (queued until one arrives), and
+// the message's outbox rows.
+func (h *Host) Sent(ctx context.Context, id string) (api.Sent, error) {
+	if err := ctx.Err(); err != nil {
+		return api.Sent{}, err
+	}
+	if !mbx.ValidULID(id) {
+		return api.Sent{}, fmt.Errorf("host: sent: %w: message id %q", ErrInvalid, id)
+	}
+	var out api.Sent
+	err := h.db.View(func(tx *bbolt.Tx) error {
+		var rec sentRecord
+		found, err := getJSON(tx.Bucket(bucketSent), []byte(id), &rec)
+		if err != nil {
+			return err
+		}
+		if !found {
+			return fmt.Errorf("message %s: %w (this host did not send it)", id, ErrNotFound)
+		}
+		out = api.Sent{ID: rec.ID, Subject: rec.Subject, From: rec.From + "@" + h.name, Recipients: []api.Recipient{}}
+		for _, a := range rec.Local {
+			var e mboxEntry
+			if _, err := getJSON(tx.Bucket(bucketMbox), key2(a, id), &e); err != nil {
+				return err
+			}
+			out.Recipients = append(out.Recipients, api.Recipient{Recipient: a + "@" + h.name, Host: h.name,
+				State: e.State.String(), At: e.At, Note: e.Note})
+		}
+		byHost := map[string][]api.Recipient{}
+		p := prefix(id)
+		c := tx.Bucket(bucketRState).Cursor()
+		for k, v := c.Seek(p); k != nil && bytes.HasPrefix(k, p); k, v = c.Next() {
+			var r rstateRecord
+			if _, err := getJSON(tx.Bucket(bucketRState), k, &r); err != nil {
+				return err
+			}
+			_ = v
+			byHost[r.Host] = append(byHost[r.Host], api.Recipient{Recipient: string(k[len(p):]), Host: r.Host,
+				State: r.State.String(), At: r.At, Note: r.Note})
+		}
+		for _, host := range rec.Hosts {
+			rs := byHost[host]
+			for _, n := range rec.Named[host] {
+				if !slices.ContainsFunc(rs, func(r api.Recipient) bool { return r.Recipient == n+"@"+host }) {
+					rs = append(rs, api.Recipient{Recipient: n + "@" + host, Host: host, State: "queued"})
+				}
+			}
+			if len(byHost[host]) == 0 {
+				for _, a := range rec.To {
+					if pa, err := parseAddress(a); err == nil && (pa.kind == addrBare || pa.kind == addrRole || pa.kind == addrAll) {
+						rs = append(rs, api.Recipient{Recipient: a + "@" + host, Host: host, State: "queued"})
+					}
+				}
+			}
+			slices.SortFunc(rs, func(a, b api.Recipient) int { return strings.Compare(a.Recipient, b.Recipient) })
+			out.Recipients = append(out.Recipients, rs...)
+		}
+		rows, err := h.ob.In(tx).ByItem(id)
+		if err != nil {
+			return err
+		}
+		out.Rows = []api.OutboxRow{}
+		for _, r := range rows {
+			out.Rows = append(out.Rows, apiRow(r))
+		}
+		return nil
+	})
+	if err != nil {
+		return api.Sent{}, fmt.Errorf("host: sent: %w", err)
+	}
+	return out, nil
+}
+
+// Outbox lists every outbox row (envelopes and receipts, active and ended until pruned).
+func (h *Host) Outbox(ctx context.Context) ([]api.OutboxRow, error) {
+	rows, err := h.ob.List(ctx, outbox.Filter{})
+	if err != nil {
+		return nil, fmt.Errorf("host: outbox: %w", err)
+	}
+	out := make([]api.OutboxRow, 0, len(rows))
+	for _, r := range rows {
+		out = append(out, apiRow(r))
+	}
+	return out, nil
+}
+
+// Status describes the host.
+func (h *Host) Status(ctx context.Context) (api.Status, error) {
+	if err := ctx.Err(); err != nil {
+		return api.Status{}, err
+	}
+	st := api.Status{Host: h.name, HostPubkey: h.key.PublicKey(), Fingerprint: h.key.Fingerprint()}
+	h.mu.Lock()
+	st.Listen, st.Daemon = h.listen, h.daemon
+	if h.bound != "" {
+		st.Listen = h.bound
+	}
+	h.mu.Unlock()
+	err := h.db.View(func(tx *bbolt.Tx) error {
+		st.Peers = tx.Bucket(bucketPeers).Stats().KeyN
+		st.Agents = tx.Bucket(bucketAgents).Stats().KeyN
+		rows, err := h.ob.In(tx).List(outbox.Filter{Active: true})
+		st.OutboxDue = len(rows)
+		return err
+	})
+	if err != nil {
+		return api.Status{}, fmt.Errorf("host: status: %w", err)
+	}
+	return st, nil
+}
