@@ -25,6 +25,7 @@ func setup(t *testing.T, opts func(*relayserver.Options)) (*relay, host, host, h
 }
 
 func TestPushPullAckRoundTrip(t *testing.T) {
+	t.Parallel()
 	r, a, b, _ := setup(t, nil)
 	id := "01KKNTQ2CN9WJ3MR4Q1P12F02T"
 	resp := r.push(a, envItem(id, b))
@@ -73,6 +74,7 @@ func TestPushPullAckRoundTrip(t *testing.T) {
 }
 
 func TestExactWireBytesInAndOut(t *testing.T) {
+	t.Parallel()
 	r, a, b, _ := setup(t, nil)
 	id := "01KKNTQ2CN9WJ3MR4Q1P12F02T"
 	// Not canonical, with spacing, escapes and non-ASCII: the relay must not re-encode anything.
@@ -106,6 +108,7 @@ func TestExactWireBytesInAndOut(t *testing.T) {
 }
 
 func TestDuplicateRetryReturnsOriginalSeqAndConflictChangesNothing(t *testing.T) {
+	t.Parallel()
 	r, a, b, _ := setup(t, nil)
 	id := "01KKNTQ2CN9WJ3MR4Q1P12F02T"
 	first := r.push(a, envItem(id, b)).Results[0]
@@ -137,6 +140,7 @@ func TestDuplicateRetryReturnsOriginalSeqAndConflictChangesNothing(t *testing.T)
 }
 
 func TestPartialFanOutStoresNothing(t *testing.T) {
+	t.Parallel()
 	r, a, b, g := setup(t, nil)
 	stranger := newHost(t, "stranger", 50) // never enrolled
 	item := envItem("01KKNTQ2CN9WJ3MR4Q1P12F02T", b, g, stranger)
@@ -157,6 +161,7 @@ func TestPartialFanOutStoresNothing(t *testing.T) {
 }
 
 func TestSeveralAddressesOnOneHostAreOneTarget(t *testing.T) {
+	t.Parallel()
 	r, a, b, _ := setup(t, nil)
 	// bob@beta and carol@beta: the sender merges them into one target; a repeated target is refused.
 	item := envItem("01KKNTQ69NA67N0QBPXKXFN5DP", b, b)
@@ -172,6 +177,7 @@ func TestSeveralAddressesOnOneHostAreOneTarget(t *testing.T) {
 }
 
 func TestQuotasRejectWholeItem(t *testing.T) {
+	t.Parallel()
 	r, a, b, g := setup(t, func(o *relayserver.Options) {
 		o.Limits = mbx.DefaultLimits()
 		o.Limits.MaxQueueItems = 3
@@ -211,6 +217,7 @@ func TestQuotasRejectWholeItem(t *testing.T) {
 }
 
 func TestByteQuotaAndItemSize(t *testing.T) {
+	t.Parallel()
 	r, a, b, _ := setup(t, func(o *relayserver.Options) {
 		o.Limits = mbx.DefaultLimits()
 		o.Limits.MaxItemBytes = 200
@@ -239,6 +246,7 @@ func (accountAuthority) Authorize(_ context.Context, req relayserver.AuthRequest
 }
 
 func TestAccountQuotaAndAuthority(t *testing.T) {
+	t.Parallel()
 	auth := &switchAuthority{cur: accountAuthority{}}
 	r := newRelay(t, func(o *relayserver.Options) {
 		o.Authority = auth
@@ -283,7 +291,9 @@ func TestAccountQuotaAndAuthority(t *testing.T) {
 	}
 }
 
-type switchAuthority struct{ cur relayserver.EnrolmentAuthority }
+type switchAuthority struct {
+	cur relayserver.EnrolmentAuthority
+}
 
 func (s *switchAuthority) Name() string { return s.cur.Name() }
 func (s *switchAuthority) Rank() int    { return s.cur.Rank() }
@@ -292,6 +302,7 @@ func (s *switchAuthority) Authorize(ctx context.Context, req relayserver.AuthReq
 }
 
 func TestNamesSharedAcrossOwnersAndSquatterGetsNothing(t *testing.T) {
+	t.Parallel()
 	r, a, _, _ := setup(t, nil)
 	mine := newHost(t, "macbook", 20)
 	theirs := newHost(t, "macbook", 21) // another owner's macbook, or a squatter of the name
@@ -312,6 +323,7 @@ func TestNamesSharedAcrossOwnersAndSquatterGetsNothing(t *testing.T) {
 }
 
 func TestRotationMovesQueueAndRevokes(t *testing.T) {
+	t.Parallel()
 	r, a, b, _ := setup(t, nil)
 	r.push(a, envItem("01KKNTQ69NA67N0QBPXKXFN501", b), envItem("01KKNTQ69NA67N0QBPXKXFN502", b))
 	next := newHost(t, "beta", 30)
@@ -354,6 +366,7 @@ func TestRotationMovesQueueAndRevokes(t *testing.T) {
 }
 
 func TestSenderAllowlist(t *testing.T) {
+	t.Parallel()
 	r, a, b, g := setup(t, nil)
 	list, sig, err := mbx.SignSenderList(b.key, []string{a.pub()}, r.clock.Now())
 	if err != nil {
@@ -382,6 +395,7 @@ func TestSenderAllowlist(t *testing.T) {
 }
 
 func TestEncKeyPublishAndLookup(t *testing.T) {
+	t.Parallel()
 	r, a, b, _ := setup(t, nil)
 	ek, _ := mbx.GenerateEncKey(seeded(5))
 	ad, sig, err := mbx.SignEncAdV2("alpha", a.key, ek.PublicKey(), r.clock.Now(), 0)
@@ -417,6 +431,7 @@ func TestEncKeyPublishAndLookup(t *testing.T) {
 }
 
 func TestHopTampering(t *testing.T) {
+	t.Parallel()
 	r, a, b, _ := setup(t, nil)
 	r.push(a, envItem("01KKNTQ69NA67N0QBPXKXFN501", b))
 	sign := func(method, path string, body []byte) http.Header {
@@ -464,6 +479,7 @@ func TestHopTampering(t *testing.T) {
 }
 
 func TestBadInputChangesNothing(t *testing.T) {
+	t.Parallel()
 	r, a, b, _ := setup(t, func(o *relayserver.Options) { o.MaxBody = 4096 })
 	good := mbx.B64(envWire("01KKNTQ69NA67N0QBPXKXFN501", ""))
 	cases := []struct {
@@ -532,6 +548,7 @@ func (s *slowReader) Read(p []byte) (int, error) {
 }
 
 func TestEpochAndBadAck(t *testing.T) {
+	t.Parallel()
 	r, a, b, _ := setup(t, nil)
 	r.push(a, envItem("01KKNTQ69NA67N0QBPXKXFN501", b))
 	code, out := r.call(&b, "GET", "/v2/relay/items?after=0&epoch=old-epoch", nil)
@@ -555,6 +572,7 @@ func TestEpochAndBadAck(t *testing.T) {
 }
 
 func TestBoundedEnrolmentState(t *testing.T) {
+	t.Parallel()
 	r := newRelay(t, func(o *relayserver.Options) {
 		o.MaxChallenges = 3
 		o.MaxEnrolments = 2
@@ -591,6 +609,7 @@ func TestBoundedEnrolmentState(t *testing.T) {
 }
 
 func TestEnrolRateLimitPerClientAddress(t *testing.T) {
+	t.Parallel()
 	r := newRelay(t, func(o *relayserver.Options) {
 		o.EnrolCallsPerMinute = 2
 		o.TrustProxy = relayserver.TrustXFF
@@ -626,6 +645,7 @@ func TestEnrolRateLimitPerClientAddress(t *testing.T) {
 }
 
 func TestPushRateLimitPerSender(t *testing.T) {
+	t.Parallel()
 	r, a, b, _ := setup(t, func(o *relayserver.Options) { o.PushesPerMinute = 2 })
 	for i, want := range []string{"accepted", "accepted", "rejected:rate"} {
 		if st := r.push(a, envItem(fmt.Sprintf("01KKNTQ69NA67N0QBPXKXFN5%02d", i), b)).Results[0].Status; st != want {
@@ -639,6 +659,7 @@ func TestPushRateLimitPerSender(t *testing.T) {
 }
 
 func TestReceiptItems(t *testing.T) {
+	t.Parallel()
 	r, a, b, _ := setup(t, nil)
 	sr, err := mbx.SignReceipt(a.key, "alpha", mbx.ReceiptInput{Msg: "01KKNTQ2CN9WJ3MR4Q1P12F02T", Agent: "bob",
 		State: mbx.ReceiptRead, At: mbx.ISOTime(r.clock.Now()), Seq: 7})
