@@ -1,0 +1,286 @@
+package relayclient
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/agentmbx/agentmbx/mbx"
+)
+
+// Defaults of Options.
+const (
+	DefaultTimeout = 30 * time.Second // one request, not counting a long poll's wait
+	// MaxWait caps the long-poll wait a Pull asks for.
+	MaxWait = 60 * time.Second
+)
+
+// Caps on what the client reads of an answer.
+const (
+	maxSmallAnswer = 1 << 20  // info, enrolment, publications, ack, errors
+	maxPushAnswer  = 8 << 20  // push results (a statement per item)
+	maxPullAnswer  = 64 << 20 // a page: max_pull_bytes in base64 plus metadata
+	maxEpochLen    = 256
+)
+
+// Options configure a Client. A nil *Options means all defaults.
+type Options struct {
+	// HTTPClient sends the requests. Default: a client of its own that follows no redirects (a
+	// signed hop is for one URL). A caller's client should not follow redirects either.
+	HTTPClient *http.Client
+	// Timeout bounds one request (DefaultTimeout when 0); a long poll gets its wait on top.
+	Timeout time.Duration
+	// Clock returns the current time for hop timestamps and record checks (default time.Now).
+	Clock func() time.Time
+	// UserAgent is sent with every request (default "agentmbx").
+	UserAgent string
+	// Logger receives a Warn when the relay key changes. Default: slog.Default().
+	Logger *slog.Logger
+}
+
+type settings struct {
+	hc      *http.Client
+	timeout time.Duration
+	clock   func() time.Time
+	ua      string
+	log     *slog.Logger
+}
+
+func newSettings(opts *Options) settings {
+	s := settings{timeout: DefaultTimeout, clock: time.Now, ua: "agentmbx", log: slog.Default()}
+	if opts != nil {
+		s.hc = opts.HTTPClient
+		if opts.Timeout > 0 {
+			s.timeout = opts.Timeout
+		}
+		if opts.Clock != nil {
+			s.clock = opts.Clock
+		}
+		if opts.UserAgent != "" {
+			s.ua = opts.UserAgent
+		}
+		if opts.Logger != nil {
+			s.log = opts.Logger
+		}
+	}
+	if s.hc == nil {
+		s.hc = defaultHTTPClient()
+	}
+	return s
+}
+
+func defaultHTTPClient() *http.Client {
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.TLSHandshakeTimeout = 10 * time.Second
+	tr.MaxIdleConnsPerHost = 4
+	return &http.Client{
+		Transport:     tr,
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+	}
+}
+
+// Client talks to one pinned relay as one host. It is safe for concurrent use.
+type Client struct {
+	pin  Pin
+	host string
+	key  mbx.SigningKey
+	settings
+
+	mu      sync.Mutex
+	stopped error // a *KeyChangedError once the relay served another key
+}
+
+// New returns a Client for the relay pin, acting as host (its name) with its host key.
+func New(pin Pin, host string, key mbx.SigningKey, opts *Options) (*Client, error) {
+	if err := pin.Check(); err != nil {
+		return nil, fmt.Errorf("relayclient: new: %w", err)
+	}
+	if key.IsZero() {
+		return nil, fmt.Errorf("relayclient: new: %w: no host key", ErrInvalid)
+	}
+	if host == "" {
+		return nil, fmt.Errorf("relayclient: new: %w: no host name", ErrInvalid)
+	}
+	return &Client{pin: pin, host: host, key: key, settings: newSettings(opts)}, nil
+}
+
+// Pin returns the relay the Client talks to.
+func (c *Client) Pin() Pin { return c.pin }
+
+// Stopped returns the *KeyChangedError that stopped the Client, or nil while it works.
+func (c *Client) Stopped() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.stopped
+}
+
+// stop records that the relay served another key; every later call fails with it.
+func (c *Client) stop(served string) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.stopped == nil {
+		c.stopped = &KeyChangedError{URL: c.pin.URL, Pinned: c.pin.Fingerprint(), Served: mbx.Fingerprint(served)}
+		c.log.Warn("relay key changed: relay use stopped", "relay", c.pin.URL,
+			"pinned", c.pin.Fingerprint(), "served", mbx.Fingerprint(served))
+	}
+	return c.stopped
+}
+
+// request is one HTTP exchange with the relay.
+type request struct {
+	op      string
+	method  string
+	path    string // "/v2/relay/items?after=…", appended to the base URL
+	body    []byte // nil for GET
+	hop     bool   // sign with the host key
+	max     int64  // the most bytes of answer to read
+	timeout time.Duration
+}
+
+// answer is a successful (2xx) answer.
+type answer struct {
+	status int
+	body   []byte
+}
+
+// send performs r. A 2xx answer is returned; any other is an error (*StatusError, *EpochError).
+func send(ctx context.Context, s *settings, base string, r request, sign func(method, path string, body []byte) http.Header) (answer, error) {
+	u, err := url.Parse(base + r.path)
+	if err != nil {
+		return answer{}, fmt.Errorf("relayclient: %s: %w: %v", r.op, ErrInvalid, err)
+	}
+	timeout := r.timeout
+	if timeout <= 0 {
+		timeout = s.timeout
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	var body io.Reader
+	if r.body != nil {
+		body = bytes.NewReader(r.body)
+	}
+	req, err := http.NewRequestWithContext(ctx, r.method, u.String(), body)
+	if err != nil {
+		return answer{}, fmt.Errorf("relayclient: %s: %w: %v", r.op, ErrInvalid, err)
+	}
+	if sign != nil {
+		for k, v := range sign(r.method, mbx.RelaySignedPath(u), r.body) {
+			req.Header[k] = v
+		}
+	}
+	if r.body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	req.Header.Set("Accept", "application/json")
+	req.Header.Set("User-Agent", s.ua)
+	resp, err := s.hc.Do(req)
+	if err != nil {
+		return answer{}, fmt.Errorf("relayclient: %s: %w: %w", r.op, ErrTransport, err)
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(io.LimitReader(resp.Body, r.max+1))
+	if err != nil {
+		return answer{}, fmt.Errorf("relayclient: %s: %w: reading the answer: %w", r.op, ErrTransport, err)
+	}
+	if int64(len(data)) > r.max {
+		if resp.StatusCode/100 == 2 {
+			return answer{}, fmt.Errorf("relayclient: %s: %w: answer over %d bytes", r.op, ErrProtocol, r.max)
+		}
+		data = data[:r.max]
+	}
+	if resp.StatusCode/100 != 2 {
+		return answer{}, statusError(r.op, resp, data)
+	}
+	return answer{status: resp.StatusCode, body: data}, nil
+}
+
+// statusError reads an error answer.
+func statusError(op string, resp *http.Response, data []byte) error {
+	var eb mbx.ErrorResponse
+	_ = json.Unmarshal(data, &eb) // an error body that is not JSON still is an error status
+	if resp.StatusCode == http.StatusConflict && (eb.Code == mbx.CodeEpoch || eb.Epoch != "") {
+		if len(eb.Epoch) > maxEpochLen {
+			eb.Epoch = ""
+		}
+		return &EpochError{Op: op, Epoch: eb.Epoch}
+	}
+	se := &StatusError{Op: op, Status: resp.StatusCode, Message: clip(eb.Error, 300), Code: clip(eb.Code, 64),
+		Epoch: clip(eb.Epoch, maxEpochLen), HeadSeq: eb.HeadSeq}
+	if se.Message == "" && len(data) > 0 && eb.Error == "" && !json.Valid(data) {
+		se.Message = clip(strings.TrimSpace(string(data)), 300)
+	}
+	if ra := resp.Header.Get("Retry-After"); ra != "" {
+		if secs, err := strconv.Atoi(strings.TrimSpace(ra)); err == nil && secs >= 0 {
+			se.RetryAfter = time.Duration(min(secs, 24*3600)) * time.Second
+		}
+	}
+	return se
+}
+
+// clip cuts what the relay said to n bytes of printable text.
+func clip(s string, n int) string {
+	s = strings.Map(func(r rune) rune {
+		if r < 0x20 || r == 0x7f {
+			return ' '
+		}
+		return r
+	}, s)
+	if len(s) > n {
+		s = strings.ToValidUTF8(s[:n], "") + "…"
+	}
+	return s
+}
+
+// do sends r to the pinned relay, refusing to once the Client stopped.
+func (c *Client) do(ctx context.Context, r request) (answer, error) {
+	if err := c.Stopped(); err != nil {
+		return answer{}, err
+	}
+	var sign func(method, path string, body []byte) http.Header
+	if r.hop {
+		sign = func(method, path string, body []byte) http.Header {
+			return mbx.SignRelayHop(c.key, c.host, method, path, body, c.clock(), true)
+		}
+	}
+	return send(ctx, &c.settings, c.pin.URL, r, sign)
+}
+
+// decode parses a 2xx answer into v, or fails with ErrProtocol.
+func decode(op string, a answer, v any) error {
+	if err := json.Unmarshal(a.body, v); err != nil {
+		return fmt.Errorf("relayclient: %s: %w: %v", op, ErrProtocol, err)
+	}
+	return nil
+}
+
+// marshal encodes a request body without Go's HTML escaping.
+func marshal(v any) ([]byte, error) {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		return nil, err
+	}
+	return bytes.TrimSuffix(buf.Bytes(), []byte{'\n'}), nil
+}
+
+// expectOK checks the {"ok":true} answer of a publication.
+func expectOK(op string, a answer) error {
+	var ok mbx.OKResponse
+	if err := decode(op, a, &ok); err != nil {
+		return err
+	}
+	if !ok.OK {
+		return fmt.Errorf("relayclient: %s: %w: the answer does not say ok", op, ErrRefused)
+	}
+	return nil
+}

@@ -1,0 +1,49 @@
+package relayclient
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/agentmbx/agentmbx/mbx"
+)
+
+// Enrol enrols this host key at the relay: it asks for a challenge and answers it signed with the
+// host key (spec §8). ownerFP is the host's unproven owner claim ("" for none); proof a credential
+// for a stronger enrolment authority ("" for the host-key challenge). Enrolling an enrolled key
+// again is harmless, so a caller enrols whenever the relay answers ErrNotEnrolled or its epoch
+// changed, then republishes its enc-key ad and sender list.
+func (c *Client) Enrol(ctx context.Context, ownerFP, proof string) error {
+	pub := c.key.PublicKey()
+	if err := mbx.CheckChallengeRequest(mbx.ChallengeRequest{Host: c.host, Pubkey: pub}); err != nil {
+		return fmt.Errorf("relayclient: enrol: %w: %w", ErrInvalid, err)
+	}
+	body, err := marshal(mbx.ChallengeRequest{Host: c.host, Pubkey: pub})
+	if err != nil {
+		return fmt.Errorf("relayclient: enrol: %w", err)
+	}
+	a, err := c.do(ctx, request{op: "challenge", method: "POST", path: "/v1/relay/challenge", body: body, max: maxSmallAnswer})
+	if err != nil {
+		return err
+	}
+	var ch mbx.ChallengeResponse
+	if err := decode("challenge", a, &ch); err != nil {
+		return err
+	}
+	if ch.Challenge == "" || len(ch.Challenge) > 256 {
+		return fmt.Errorf("relayclient: challenge: %w: no usable challenge", ErrProtocol)
+	}
+	req, err := mbx.SignEnrolment(c.key, c.host, ch.Challenge, ownerFP)
+	if err != nil {
+		return fmt.Errorf("relayclient: enrol: %w: %w", ErrInvalid, err)
+	}
+	req.Proof = proof
+	body, err = marshal(req)
+	if err != nil {
+		return fmt.Errorf("relayclient: enrol: %w", err)
+	}
+	a, err = c.do(ctx, request{op: "enrol", method: "POST", path: "/v1/relay/enrol", body: body, max: maxSmallAnswer})
+	if err != nil {
+		return err
+	}
+	return expectOK("enrol", a)
+}
