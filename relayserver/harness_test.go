@@ -63,9 +63,18 @@ func newRelay(t testing.TB, opts func(*relayserver.Options)) *relay {
 }
 
 func (r *relay) start() {
+	st, srv, err := r.open()
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	r.store, r.srv = st, srv
+	r.ts = httptest.NewServer(srv)
+}
+
+func (r *relay) open() (*sqlitestore.Store, *relayserver.Server, error) {
 	st, err := sqlitestore.Open(bg, r.dir, &sqlitestore.Options{LockWait: 5 * time.Second})
 	if err != nil {
-		r.t.Fatalf("open store: %v", err)
+		return nil, nil, fmt.Errorf("open store: %w", err)
 	}
 	o := relayserver.Options{Key: r.key, Clock: r.clock.Now, Rand: seeded(42), Version: "test"}
 	if r.opts != nil {
@@ -74,10 +83,9 @@ func (r *relay) start() {
 	srv, err := relayserver.New(bg, st, o)
 	if err != nil {
 		st.Close()
-		r.t.Fatalf("new server: %v", err)
+		return nil, nil, fmt.Errorf("new server: %w", err)
 	}
-	r.store, r.srv = st, srv
-	r.ts = httptest.NewServer(srv)
+	return st, srv, nil
 }
 
 func (r *relay) stop() {

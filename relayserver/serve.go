@@ -39,6 +39,9 @@ type ServeConfig struct {
 	ShutdownTimeout time.Duration
 	// HeartbeatEvery is how often the store's heartbeat is written. Default mbx.RelayHeartbeat.
 	HeartbeatEvery time.Duration
+	// Ready, when set, is called with the bound address once the relay is listening, before the
+	// address file is written.
+	Ready func(addr string)
 }
 
 // Serve runs the relay until ctx is done, then shuts down gracefully: it stops accepting, lets
@@ -119,6 +122,9 @@ func Serve(ctx context.Context, cfg ServeConfig) (err error) {
 	addr := ln.Addr().String()
 	log.Info("relay serving", "addr", addr, "store", cfg.StoreDir, "key", key, "key_source", src,
 		"epoch", srv.Epoch(), "trust_proxy", opt.TrustProxy)
+	if cfg.Ready != nil {
+		cfg.Ready(addr)
+	}
 	if cfg.AddrFile != "" {
 		if err := writeFileAtomic(cfg.AddrFile, []byte(addr+"\n")); err != nil {
 			_ = hs.Close()

@@ -2,6 +2,11 @@ package failpoint
 
 import (
 	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"strings"
+	"syscall"
 	"testing"
 )
 
@@ -22,5 +27,26 @@ func TestEnableErrorAndRestore(t *testing.T) {
 	restore()
 	if err := Inject("test.point"); err != nil {
 		t.Fatalf("Inject after restore = %v, want nil", err)
+	}
+}
+
+// TestKillFromEnvironment runs this test binary as a child with MBX_FAILPOINT set and checks that
+// the point killed it with SIGKILL before the line after it ran.
+func TestKillFromEnvironment(t *testing.T) {
+	if os.Getenv("FAILPOINT_TEST_CHILD") == "1" {
+		_ = Inject("child.point")
+		fmt.Println("survived")
+		os.Exit(0)
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^TestKillFromEnvironment$")
+	cmd.Env = append(os.Environ(), "FAILPOINT_TEST_CHILD=1", Env+"=other.point=block, child.point")
+	out, err := cmd.Output()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) {
+		t.Fatalf("child = %v (output %q), want killed", err, out)
+	}
+	ws, ok := ee.Sys().(syscall.WaitStatus)
+	if !ok || !ws.Signaled() || ws.Signal() != syscall.SIGKILL || strings.Contains(string(out), "survived") {
+		t.Fatalf("child = %v (output %q), want SIGKILL at the point", err, out)
 	}
 }
