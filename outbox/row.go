@@ -55,6 +55,9 @@ type NewRow struct {
 	Transport Transport
 }
 
+// Key returns the key the row will have.
+func (n NewRow) Key() Key { return Key{ItemID: n.ItemID, Host: n.Host} }
+
 // Row is one stored row. Rows returned by Get and Due carry Wire; listings do not (Wire is nil).
 //
 // Times have millisecond precision and are in UTC; a zero time means "not set". JSON (for

@@ -449,8 +449,9 @@ func (a *Acceptance) check() error {
 // MarkRelayAccepted records a verified accept statement. An envelope row becomes (or, after a
 // re-push, stays) relay-accepted: it leaves the due index, is listed under its relay, and its
 // deadline becomes accepted_at + retention + grace (24 h). A receipt row ends done (receipts
-// get no delivery receipt of their own). It applies to pending and relay-accepted rows; an
-// acceptance under a new epoch replaces the old relay fields and clears Repush.
+// get no delivery receipt of their own). It applies to pending and relay-accepted rows; a
+// re-acceptance (after a re-push, or a "duplicate" answer) replaces the relay fields, clears
+// Repush and moves the deadline to the new accepted_at, since the relay holds the item from then.
 func (t *Tx) MarkRelayAccepted(k Key, a Acceptance) (Row, error) {
 	const op = "mark accepted"
 	if err := a.check(); err != nil {
