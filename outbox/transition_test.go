@@ -110,12 +110,12 @@ const illegalState State = 0
 
 // wantTransition[op][from] is the state after op, or illegalState.
 var wantTransition = map[string]map[string]State{
-	"delivered": {"pending": StateDone},
-	"failed lan": {"pending": StatePending},
-	"failed relay": {"pending": StatePending, "relay-accepted+repush": StateRelayAccepted},
-	"rejected retryable": {"pending": StatePending, "relay-accepted+repush": StateRelayAccepted},
+	"delivered":            {"pending": StateDone},
+	"failed lan":           {"pending": StatePending},
+	"failed relay":         {"pending": StatePending, "relay-accepted+repush": StateRelayAccepted},
+	"rejected retryable":   {"pending": StatePending, "relay-accepted+repush": StateRelayAccepted},
 	"rejected final relay": {"pending": StateRejected, "relay-accepted+repush": StateRejected},
-	"rejected final lan": {"pending": StateRejected},
+	"rejected final lan":   {"pending": StateRejected},
 	"accepted": {"pending": StateRelayAccepted, "relay-accepted": StateRelayAccepted,
 		"relay-accepted+repush": StateRelayAccepted},
 	"expired": {"pending": StateExpired, "relay-accepted": StateExpired, "relay-accepted+repush": StateExpired},
