@@ -3,8 +3,8 @@ package host
 import (
 	"context"
 	"encoding/json"
-	"strings"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/agentmbx/agentmbx/api"
