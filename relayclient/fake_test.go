@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"io"
+	"log/slog"
 	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
@@ -112,7 +113,7 @@ func (f *fake) pin() Pin { return Pin{URL: f.srv.URL, RelayKey: f.relayKey.Publi
 
 func (f *fake) client(t *testing.T) *Client {
 	t.Helper()
-	c, err := New(f.pin(), "alpha", f.hostKey, &Options{Clock: func() time.Time { return t0 }, Timeout: 20 * time.Second})
+	c, err := New(f.pin(), "alpha", f.hostKey, &Options{Clock: func() time.Time { return t0 }, Timeout: 20 * time.Second, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}
