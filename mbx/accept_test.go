@@ -268,3 +268,32 @@ func FuzzValidAccept(f *testing.F) {
 		}
 	})
 }
+
+func BenchmarkValidAccept(b *testing.B) {
+	relay := mustKey(b, "gJF5o9gf/v4qi64gPljpuYZs+9rY3eR++q/A1IpZ7ao=")
+	sender, target := "rVaWBmcprT7OEYgLEuHVEB40X7fBF/nJx+omHznb4P4=", "FUXk5FNVq/ofFbA/ybKIH9N0/ClqW29kM2uu0KlMX28="
+	hash := WireHash([]byte("wire"))
+	a := NewAccept(relay.PublicKey(), "6f0c2a4e-9b1d-4c3e-8a5f-1d2e3f405162", sender, "01KKNTQ2CN9WJ3MR4Q1P12F02T", []AcceptTarget{{HostPubkey: target, Seq: 1773480414589, WireHash: hash}}, ms(1773480414589))
+	r, err := AcceptedResult(relay, StatusAccepted, a)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, _, err := ValidAccept(r, relay.PublicKey(), sender, a.ItemID, target, hash); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func BenchmarkAcceptedResult(b *testing.B) {
+	relay := mustKey(b, "gJF5o9gf/v4qi64gPljpuYZs+9rY3eR++q/A1IpZ7ao=")
+	a := NewAccept(relay.PublicKey(), "6f0c2a4e-9b1d-4c3e-8a5f-1d2e3f405162", "rVaWBmcprT7OEYgLEuHVEB40X7fBF/nJx+omHznb4P4=", "01KKNTQ2CN9WJ3MR4Q1P12F02T",
+		[]AcceptTarget{{HostPubkey: "FUXk5FNVq/ofFbA/ybKIH9N0/ClqW29kM2uu0KlMX28=", Seq: 1773480414589, WireHash: WireHash([]byte("wire"))}}, ms(1773480414589))
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := AcceptedResult(relay, StatusAccepted, a); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -297,3 +297,20 @@ func FuzzCheckEncAd(f *testing.F) {
 		}
 	})
 }
+
+func BenchmarkCheckEncAd(b *testing.B) {
+	k := mustKey(b, "cpSvM9EeBH4U8xp2w40Err6TZANeiBdqn1TQC4aj9Ks=")
+	now := ms(1773480413589)
+	ad, sig, err := SignEncAdV2("alpha", k, "Xn/zz0guUjNLCukyom0RYlrm8Odf0pC9jj1ZBgdUrEU=", now, 0)
+	if err != nil {
+		b.Fatal(err)
+	}
+	raw, _ := json.Marshal(ad)
+	peer := EncAdPeer{Host: "alpha", HostPubkey: k.PublicKey()}
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := CheckEncAd(raw, sig, peer, now); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

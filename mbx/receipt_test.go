@@ -372,3 +372,22 @@ func FuzzParseReceipt(f *testing.F) {
 		}
 	})
 }
+
+func BenchmarkAcceptReceipt(b *testing.B) {
+	k := mustKey(b, "IgyUArN1Flej0R95595Za6EnYN/NnHEX1y7ev+cGedg=")
+	s, err := SignReceipt(k, "beta", ReceiptInput{Msg: vectorMsg, Agent: "bob", State: ReceiptRead, At: "2026-03-14T09:26:53.589Z", Note: "woke claude session", Seq: 3})
+	if err != nil {
+		b.Fatal(err)
+	}
+	wire, err := s.Wire()
+	if err != nil {
+		b.Fatal(err)
+	}
+	book := vectorBook("beta", k.PublicKey())
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, v, err := AcceptReceipt(book, wire, ""); err != nil || v != ReceiptAccepted {
+			b.Fatal(v, err)
+		}
+	}
+}
