@@ -89,6 +89,9 @@
 //
 //   - Host names are compared exactly; pass the pinned peer's spelling everywhere.
 //   - Due does not lease rows. Two loops that send concurrently should use Claim.
+//   - A row can move on while an attempt is in flight (a delivery receipt settles it, Sweep ends
+//     it). Recording that attempt's outcome then returns a *TransitionError: nothing to undo,
+//     the row is already where it belongs.
 //   - Wire bytes stay until Prune deletes the ended row; active rows are never pruned.
 //   - The listing (List without Active) reads every row; `agentmbx outbox` should prune.
 package outbox

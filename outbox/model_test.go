@@ -249,7 +249,7 @@ func sortedKeys(ks []Key) []Key {
 
 func TestModel(t *testing.T) {
 	seeds := []uint64{1, 2, 3, 4}
-	steps := 2500
+	steps := 1500
 	if testing.Short() {
 		seeds, steps = seeds[:1], 800
 	}
