@@ -147,7 +147,11 @@ func (h *Host) record(ctx context.Context, host string, rows []outbox.Row, out [
 				}
 				row, err = ob.MarkRelayAccepted(r.Key(), *o.Acceptance)
 			default:
-				row, err = ob.MarkAttemptFailed(r.Key(), tr, o.Err)
+				msg := o.Err
+				if msg == "" {
+					msg = "attempt failed"
+				}
+				row, err = ob.MarkAttemptFailed(r.Key(), tr, errors.New(msg))
 			}
 			if errors.Is(err, outbox.ErrTransition) || errors.Is(err, outbox.ErrNotFound) {
 				// Settled by a receipt (or swept) while the attempt ran: nothing to record.
