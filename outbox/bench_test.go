@@ -1,6 +1,7 @@
 package outbox
 
 import (
+	"errors"
 	"fmt"
 	"runtime"
 	"sync/atomic"
@@ -49,7 +50,7 @@ func BenchmarkDuePass(b *testing.B) {
 				}
 				// 1 to 3 failures: next_at 5 s, 10 s or 20 s ahead (the clock stands still).
 				for range 1 + i%3 {
-					if _, err := ob.MarkAttemptFailed(n.Key(), TransportLAN, "connection refused"); err != nil {
+					if _, err := ob.MarkAttemptFailed(n.Key(), TransportLAN, errors.New("connection refused")); err != nil {
 						return err
 					}
 				}

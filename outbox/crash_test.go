@@ -3,6 +3,7 @@ package outbox
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -222,8 +223,12 @@ func crashChild(path, round string) {
 	for {
 		k := <-fresh
 		steps := []func() (Row, error){
-			func() (Row, error) { return s.MarkAttemptFailed(ctx, k, TransportLAN, "connection refused") },
-			func() (Row, error) { return s.MarkAttemptFailed(ctx, k, TransportLAN, "connection refused") },
+			func() (Row, error) {
+				return s.MarkAttemptFailed(ctx, k, TransportLAN, errors.New("connection refused"))
+			},
+			func() (Row, error) {
+				return s.MarkAttemptFailed(ctx, k, TransportLAN, errors.New("connection refused"))
+			},
 			func() (Row, error) {
 				return s.MarkRelayAccepted(ctx, k, acceptance(time.Now(), "E"+round, time.Now().UnixMilli()))
 			},

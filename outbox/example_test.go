@@ -2,6 +2,7 @@ package outbox_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log"
 	"os"
@@ -44,7 +45,7 @@ func Example() {
 	due, _ := store.Due(ctx, 0)
 	fmt.Println("due:", len(due))
 	work := outbox.Key{ItemID: "01JAAAAAAAAAAAAAAAAAAAAAAA", Host: "work"}
-	r, _ := store.MarkAttemptFailed(ctx, work, outbox.TransportLAN, "connection refused")
+	r, _ := store.MarkAttemptFailed(ctx, work, outbox.TransportLAN, errors.New("connection refused"))
 	fmt.Println("after a LAN failure:", r.State, "next in", r.NextAt.Sub(now))
 
 	r, _ = store.MarkRelayAccepted(ctx, work, outbox.Acceptance{

@@ -295,7 +295,7 @@ func runModel(t *testing.T, seed uint64, steps int) {
 		case p < 32:
 			k, tr := pickKey(), pickTr()
 			op = "failed " + k.String()
-			_, err := s.MarkAttemptFailed(ctx, k, tr, "err")
+			_, err := s.MarkAttemptFailed(ctx, k, tr, errors.New("err"))
 			if want := m.failed(k, tr, false, false); !sameErr(err, want) {
 				fail("%s %s: err %v, want %v", op, tr, err, want)
 			}
@@ -388,7 +388,7 @@ func runModel(t *testing.T, seed uint64, steps int) {
 			boom := errors.New("boom")
 			err := s.Update(ctx, func(ob *Tx) error {
 				k := pickKey()
-				_, _ = ob.MarkAttemptFailed(k, TransportLAN, "x")
+				_, _ = ob.MarkAttemptFailed(k, TransportLAN, errors.New("x"))
 				_, _, _ = ob.Settle(k.ItemID, k.Host)
 				_, _ = ob.Sweep(0)
 				_, _ = ob.Add(envRow(fmt.Sprintf("R%d", step), "alpha"))

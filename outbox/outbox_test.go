@@ -56,7 +56,7 @@ func TestDueRespectsNextAt(t *testing.T) {
 			t.Fatalf("attempt %d: Due = %v, want [%s]", n, got, k)
 		}
 		tr := []Transport{TransportLAN, TransportRelay}[n%2]
-		r, err := s.MarkAttemptFailed(ctx, k, tr, fmt.Sprintf("failure %d", n))
+		r, err := s.MarkAttemptFailed(ctx, k, tr, errors.New(fmt.Sprintf("failure %d", n)))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -84,7 +84,7 @@ func TestDueOrderAndLimit(t *testing.T) {
 		clk.Advance(time.Second)
 	}
 	// M0 backs off: the rest stay in creation order, M0 comes last once due.
-	if _, err := s.MarkAttemptFailed(ctx, want[0], TransportLAN, "x"); err != nil {
+	if _, err := s.MarkAttemptFailed(ctx, want[0], TransportLAN, errors.New("x")); err != nil {
 		t.Fatal(err)
 	}
 	clk.Advance(time.Minute)
@@ -125,7 +125,7 @@ func TestWireIdenticalAcrossRetries(t *testing.T) {
 			if _, err := s.MarkRejected(ctx, k, TransportRelay, "rejected:quota:target", true); err != nil {
 				t.Fatal(err)
 			}
-		} else if _, err := s.MarkAttemptFailed(ctx, k, TransportLAN, "down"); err != nil {
+		} else if _, err := s.MarkAttemptFailed(ctx, k, TransportLAN, errors.New("down")); err != nil {
 			t.Fatal(err)
 		}
 		clk.Advance(time.Hour)
@@ -155,7 +155,7 @@ func TestLANDeadlineExpiry(t *testing.T) {
 	if want := t0.Add(72 * time.Hour); !r[0].Deadline.Equal(want) {
 		t.Fatalf("deadline = %v, want %v", r[0].Deadline, want)
 	}
-	if _, err := s.MarkAttemptFailed(ctx, r[0].Key(), TransportLAN, "dial tcp: connection refused"); err != nil {
+	if _, err := s.MarkAttemptFailed(ctx, r[0].Key(), TransportLAN, errors.New("dial tcp: connection refused")); err != nil {
 		t.Fatal(err)
 	}
 	clk.Advance(72*time.Hour - time.Millisecond)
@@ -327,10 +327,10 @@ func TestErrorInsideTransactionChangesNothing(t *testing.T) {
 		if _, err := ob.Add(envRow("M1", "peer")); !errors.Is(err, ErrExists) {
 			return fmt.Errorf("duplicate add: %v", err)
 		}
-		if _, err := ob.MarkAttemptFailed(k, TransportNone, "x"); !errors.Is(err, ErrInvalid) {
+		if _, err := ob.MarkAttemptFailed(k, TransportNone, errors.New("x")); !errors.Is(err, ErrInvalid) {
 			return fmt.Errorf("no transport: %v", err)
 		}
-		_, err := ob.MarkAttemptFailed(k, TransportLAN, "down")
+		_, err := ob.MarkAttemptFailed(k, TransportLAN, errors.New("down"))
 		return err
 	})
 	if err != nil {
@@ -351,7 +351,7 @@ func TestMakeDue(t *testing.T) {
 		b = append(b, mustAdd(t, s, envRow(fmt.Sprintf("B%d", i), "beta"))[0].Key())
 	}
 	for _, k := range append(slices.Clone(a), b...) {
-		if _, err := s.MarkAttemptFailed(ctx, k, TransportLAN, "down"); err != nil {
+		if _, err := s.MarkAttemptFailed(ctx, k, TransportLAN, errors.New("down")); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -387,7 +387,7 @@ func TestMakeDue(t *testing.T) {
 	}
 	// "alph" is a prefix of "alpha" but a different host.
 	mustAdd(t, s, envRow("C0", "alph"))
-	if _, err := s.MarkAttemptFailed(ctx, Key{"C0", "alph"}, TransportLAN, "down"); err != nil {
+	if _, err := s.MarkAttemptFailed(ctx, Key{"C0", "alph"}, TransportLAN, errors.New("down")); err != nil {
 		t.Fatal(err)
 	}
 	if n, _ := s.MakeDue(ctx, "alph"); n != 1 {
@@ -434,7 +434,7 @@ func TestRepushRelay(t *testing.T) {
 		t.Errorf("repeated RepushRelay = %d, want 0", n)
 	}
 	// A failed re-push backs off and stays relay-accepted.
-	f, err := s.MarkAttemptFailed(ctx, rows[0].Key(), TransportRelay, "502")
+	f, err := s.MarkAttemptFailed(ctx, rows[0].Key(), TransportRelay, errors.New("502"))
 	if err != nil || f.State != StateRelayAccepted || !f.Repush || f.NextAt.IsZero() {
 		t.Fatalf("failed re-push = %+v, %v", f, err)
 	}
@@ -478,7 +478,7 @@ func TestClaim(t *testing.T) {
 		t.Fatalf("leased rows claimed again: %v", keysOf(again))
 	}
 	// The outcome replaces the lease.
-	if _, err := s.MarkAttemptFailed(ctx, rows[0].Key(), TransportLAN, "x"); err != nil {
+	if _, err := s.MarkAttemptFailed(ctx, rows[0].Key(), TransportLAN, errors.New("x")); err != nil {
 		t.Fatal(err)
 	}
 	clk.Advance(5 * time.Second)
@@ -505,7 +505,7 @@ func TestNextDue(t *testing.T) {
 	if at, ok, _ := s.NextDue(ctx); !ok || !at.Equal(clk.Now()) {
 		t.Fatalf("NextDue = %v, %v; want now", at, ok)
 	}
-	r, _ := s.MarkAttemptFailed(ctx, k, TransportLAN, "x")
+	r, _ := s.MarkAttemptFailed(ctx, k, TransportLAN, errors.New("x"))
 	if at, ok, _ := s.NextDue(ctx); !ok || !at.Equal(r.NextAt) {
 		t.Fatalf("NextDue = %v, want %v", at, r.NextAt)
 	}
@@ -619,7 +619,7 @@ func TestByItemAndList(t *testing.T) {
 func TestRowJSON(t *testing.T) {
 	s, clk := openTest(t)
 	k := mustAdd(t, s, envRow("M1", "peer"))[0].Key()
-	if _, err := s.MarkAttemptFailed(ctx, k, TransportLAN, "refused"); err != nil {
+	if _, err := s.MarkAttemptFailed(ctx, k, TransportLAN, errors.New("refused")); err != nil {
 		t.Fatal(err)
 	}
 	clk.Advance(1234 * time.Millisecond)
@@ -747,7 +747,15 @@ func TestOperationInputErrors(t *testing.T) {
 		{"settle missing row", ErrNotFound, func() error { _, _, err := s.Settle(ctx, "M2", "peer"); return err }},
 		{"get bad key", ErrInvalid, func() error { _, err := s.Get(ctx, Key{"", "peer"}); return err }},
 		{"failed no transport", ErrInvalid, func() error {
-			_, err := s.MarkAttemptFailed(ctx, k, TransportNone, "x")
+			_, err := s.MarkAttemptFailed(ctx, k, TransportNone, errors.New("x"))
+			return err
+		}},
+		{"failed nil cause", ErrInvalid, func() error {
+			_, err := s.MarkAttemptFailed(ctx, k, TransportLAN, nil)
+			return err
+		}},
+		{"failed blank cause", ErrInvalid, func() error {
+			_, err := s.MarkAttemptFailed(ctx, k, TransportLAN, errors.New(" \n "))
 			return err
 		}},
 		{"rejected empty reason", ErrInvalid, func() error {

@@ -182,8 +182,8 @@ func (s *Store) MarkDelivered(ctx context.Context, k Key) (Row, error) {
 }
 
 // MarkAttemptFailed records a failed attempt (see Tx.MarkAttemptFailed).
-func (s *Store) MarkAttemptFailed(ctx context.Context, k Key, tr Transport, errText string) (Row, error) {
-	return update(ctx, s, func(t *Tx) (Row, error) { return t.MarkAttemptFailed(k, tr, errText) })
+func (s *Store) MarkAttemptFailed(ctx context.Context, k Key, tr Transport, cause error) (Row, error) {
+	return update(ctx, s, func(t *Tx) (Row, error) { return t.MarkAttemptFailed(k, tr, cause) })
 }
 
 // MarkRejected records a rejection (see Tx.MarkRejected).

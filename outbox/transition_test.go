@@ -79,10 +79,10 @@ var transitionOps = []transitionOp{
 		return s.MarkDelivered(context.Background(), k)
 	}},
 	{"failed lan", func(s *Store, _ *fakeClock, k Key) (Row, error) {
-		return s.MarkAttemptFailed(context.Background(), k, TransportLAN, "connection refused")
+		return s.MarkAttemptFailed(context.Background(), k, TransportLAN, errors.New("connection refused"))
 	}},
 	{"failed relay", func(s *Store, _ *fakeClock, k Key) (Row, error) {
-		return s.MarkAttemptFailed(context.Background(), k, TransportRelay, "502")
+		return s.MarkAttemptFailed(context.Background(), k, TransportRelay, errors.New("502"))
 	}},
 	{"rejected retryable", func(s *Store, _ *fakeClock, k Key) (Row, error) {
 		return s.MarkRejected(context.Background(), k, TransportRelay, "rejected:quota:target", true)
@@ -234,7 +234,7 @@ func TestAttemptOnRelayAcceptedNeverLAN(t *testing.T) {
 	ctx := context.Background()
 	s, clk := openTest(t)
 	k := fromStates[2].make(t, s, clk) // relay-accepted + repush: due, but for the relay only
-	_, err := s.MarkAttemptFailed(ctx, k, TransportLAN, "x")
+	_, err := s.MarkAttemptFailed(ctx, k, TransportLAN, errors.New("x"))
 	var te *TransitionError
 	if !errors.As(err, &te) || te.Cause == "" {
 		t.Fatalf("LAN failure on a re-push row: err = %v, want TransitionError with a cause", err)

@@ -171,7 +171,7 @@ func (t *Tx) Add(n NewRow) (Row, error) {
 	if err := t.put(nil, &r); err != nil {
 		return Row{}, fmt.Errorf("outbox: add %s: %w", k, err)
 	}
-	r.Wire = wire
+	r.Wire = n.Wire // the caller's slice: the stored copy must stay untouched until commit
 	return r, nil
 }
 
@@ -357,13 +357,20 @@ func (t *Tx) MarkDelivered(k Key) (Row, error) {
 }
 
 // MarkAttemptFailed records a failed attempt over tr (lan or relay): attempts + 1, lan_failures
-// + 1 for the LAN, last_error = errText (cleaned of control characters, cut to MaxText), and
+// + 1 for the LAN, last_error = cause's text (cleaned of control characters, cut to MaxText), and
 // next_at = now + Backoff(attempts before this one). It applies to pending rows and to
-// relay-accepted rows flagged for a re-push (relay only).
-func (t *Tx) MarkAttemptFailed(k Key, tr Transport, errText string) (Row, error) {
+// relay-accepted rows flagged for a re-push (relay only). cause must not be nil.
+func (t *Tx) MarkAttemptFailed(k Key, tr Transport, cause error) (Row, error) {
 	const op = "mark failed"
 	if err := checkTransport(tr); err != nil {
 		return Row{}, fmt.Errorf("outbox: %s %s: %w", op, k, err)
+	}
+	var text string
+	if cause != nil {
+		text = cleanText(cause.Error())
+	}
+	if text == "" {
+		return Row{}, fmt.Errorf("outbox: %s %s: %w: no error given", op, k, ErrInvalid)
 	}
 	return t.mutate(op, k, func(r *Row, now time.Time) error {
 		if err := attemptable(op, r, tr); err != nil {
@@ -374,7 +381,7 @@ func (t *Tx) MarkAttemptFailed(k Key, tr Transport, errText string) (Row, error)
 		if tr == TransportLAN {
 			r.LANFailures++
 		}
-		r.Transport, r.LastError = tr, cleanText(errText)
+		r.Transport, r.LastError = tr, text
 		return nil
 	})
 }
