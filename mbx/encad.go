@@ -102,6 +102,8 @@ func (a EncAd) IATTime() time.Time { t, _ := parseTime(a.IAT); return t }
 func (a EncAd) ExpTime() time.Time { t, _ := parseTime(a.Exp); return t }
 
 // isKey32 is the original's enc key rule: 44 characters of padded standard base64 of 32 bytes.
+// Go also refuses the non-canonical spellings (non-zero bits in the last character) that Node's
+// lenient decoder lets through; no encoder produces them.
 func isKey32(s string) bool { return ValidPublicKey(s) }
 
 // CheckEncAd checks a v2 ad as received (its JSON) and its signature: it must be signed, well

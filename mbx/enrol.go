@@ -31,7 +31,7 @@ type EnrolRequest struct {
 
 var ownerFPRE = regexp.MustCompile(`^[A-Za-z0-9._-]{0,64}$`)
 
-// ValidHostName reports whether s is a host name: ^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$.
+// validHostName reports whether s is a host name: ^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$.
 func validHostName(s string) bool { return recHostRE.MatchString(s) }
 
 // NewChallenge returns a fresh enrolment challenge: 16 bytes from r in base64url without padding.

@@ -153,7 +153,7 @@ func (r ReceiptRecord) Validate() error {
 }
 
 func validRecipient(a string) bool {
-	if jsLen(a) > maxReceiptRecipientLn {
+	if jsLen(a) > maxReceiptRecipientLen {
 		return false
 	}
 	parts := strings.Split(a, "@")

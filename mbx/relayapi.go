@@ -22,30 +22,37 @@ const (
 	DefaultMaxSenderBytes = 20 * 1024 * 1024 // per sender key per target key
 	DefaultMaxOwnerItems  = 10_000           // per proven account
 	DefaultMaxOwnerBytes  = 50 * 1024 * 1024 // per proven account
+)
 
-	RelayMaxBody          = 8 * 1024 * 1024 // request body cap, checked while streaming (413)
-	RelaySmallBodyMax     = 8 * 1024        // challenge, enrol and rotate bodies
-	EnrolCallsPerMinute   = 30              // challenge/enrol/rotate calls per client address
-	PushesPerMinute       = 120             // pushes per sender key
-	MaxEnrolments         = 100_000         // live enrolments of one relay
-	MaxPendingChallenges  = 10_000          // open enrolment challenges
-	ChallengeTTL          = 5 * time.Minute // lifetime of an enrolment challenge
-	MaxEnrolmentsPerName  = 16              // live enrolments of one name before v1 treats it as ambiguous
-	MaxItemIDLen          = 300             // UTF-16 units of an item id
-	DedupGraceDays        = 7               // dedup rows outlive retention by this much
-	RelayHeartbeat        = 30 * time.Second
-	RelayHeartbeatStale   = 10 * time.Minute // a stored heartbeat older than this rotates the epoch at start
-	RelaySweepInterval    = 10 * time.Minute
-	RelayDeadlineGrace    = 24 * time.Hour // sender-side grace after retention before "unconfirmed"
-	DefaultRelayPort      = 7374
-	DefaultHostPort       = 7373
-	maxSafeInteger        = 1<<53 - 1
-	relaySkew             = 5 * time.Minute
-	receiptBatchMax       = 200
-	maxRecordHostLen      = 255
-	maxRecordTimeLen      = 40
-	maxReceiptSigLen      = 200
-	maxReceiptRecipientLn = 104
+// Other bounds and timings of a 0.5.x relay, and the default ports.
+const (
+	RelayMaxBody         = 8 * 1024 * 1024 // request body cap, checked while streaming (413)
+	RelaySmallBodyMax    = 8 * 1024        // challenge, enrol and rotate bodies
+	EnrolCallsPerMinute  = 30              // challenge/enrol/rotate calls per client address
+	PushesPerMinute      = 120             // pushes per sender key
+	MaxEnrolments        = 100_000         // live enrolments of one relay
+	MaxPendingChallenges = 10_000          // open enrolment challenges
+	ChallengeTTL         = 5 * time.Minute // lifetime of an enrolment challenge
+	MaxEnrolmentsPerName = 16              // live enrolments of one name before v1 treats it as ambiguous
+	MaxItemIDLen         = 300             // UTF-16 units of an item id
+	DedupGraceDays       = 7               // dedup rows outlive retention by this much
+	RelayHeartbeat       = 30 * time.Second
+	RelayHeartbeatStale  = 10 * time.Minute // a stored heartbeat older than this rotates the epoch at start
+	RelaySweepInterval   = 10 * time.Minute
+	RelayDeadlineGrace   = 24 * time.Hour // sender-side grace after retention before "unconfirmed"
+	DefaultRelayPort     = 7374
+	DefaultHostPort      = 7373
+)
+
+// Bounds of the record parsers.
+const (
+	maxSafeInteger         = 1<<53 - 1
+	relaySkew              = 5 * time.Minute
+	receiptBatchMax        = 200
+	maxRecordHostLen       = 255
+	maxRecordTimeLen       = 40
+	maxReceiptSigLen       = 200
+	maxReceiptRecipientLen = 104
 )
 
 // Limits is the limits object of GET /v2/relay/info.
