@@ -81,7 +81,7 @@ func openStore(t *testing.T, path string) *Store {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := Open(db, q, &Options{Clock: func() time.Time { return t0 }})
+	s, err := Open(db, q, &Options{Clock: func() time.Time { return t0 }, Logger: quiet()})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,0 +1,283 @@
+package inbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/agentmbx/agentmbx/mbx"
+	"github.com/agentmbx/agentmbx/relayclient"
+)
+
+// Relay is the relay a Receiver pulls from. *relayclient.Client satisfies it.
+type Relay interface {
+	Pull(ctx context.Context, r relayclient.PullRequest) (mbx.PullResponse, error)
+	Ack(ctx context.Context, epoch string, through int64) (mbx.AckResponse, error)
+}
+
+// Defaults of ReceiverOptions.
+const (
+	DefaultIdle       = 5 * time.Second
+	DefaultMinBackoff = time.Second
+	DefaultMaxBackoff = 5 * time.Minute
+)
+
+// ReceiverOptions configure a Receiver. A nil *ReceiverOptions means all defaults.
+type ReceiverOptions struct {
+	// Limit caps a page (0: the relay's max_pull).
+	Limit int
+	// Wait is the long-poll wait of each pull (0: no long polling). A relay that holds an empty
+	// answer for about Wait is pulled again at once; one that answers at once is treated as not
+	// supporting it, and Idle applies.
+	Wait time.Duration
+	// Idle is the pause after a pull that brought nothing new, when not long-polling (default
+	// DefaultIdle). Kick ends it early.
+	Idle time.Duration
+	// MinBackoff and MaxBackoff bound the pause after a failed step, doubling from the first to
+	// the second (defaults DefaultMinBackoff, DefaultMaxBackoff). A relay's Retry-After is honoured.
+	MinBackoff, MaxBackoff time.Duration
+	// OnReset is called after a committed reset of the position (epoch change, rewind, BAD_ACK),
+	// with the new position: the host re-pushes its relay-accepted rows for this relay (spec §5).
+	OnReset func(ctx context.Context, p Position)
+	// Reenrol is called when the relay does not accept this host's hop (relayclient.
+	// ErrNotEnrolled): the host enrols again and republishes its enc-key ad and sender list
+	// (spec §8). The next step follows at once when it succeeds. nil: back off like any error.
+	Reenrol func(ctx context.Context) error
+	// Clock and Sleep are injected for tests (defaults: time.Now, and a timer that Kick and ctx
+	// end early).
+	Clock func() time.Time
+	Sleep func(ctx context.Context, d time.Duration) error
+	// Logger receives failed steps (Warn) and resets (Warn). Default: the Store's logger.
+	Logger *slog.Logger
+}
+
+// Receiver ties a relay, a Store and a Handler together for one relay: pull after the committed
+// position, process the page, ack through what committed, repeat.
+type Receiver struct {
+	s     *Store
+	relay string
+	src   Relay
+	h     Handler
+	opt   ReceiverOptions
+	log   *slog.Logger
+	kick  chan struct{}
+
+	// What this Receiver last acked (in memory: after a restart the first step acks again,
+	// which the relay takes as a no-op).
+	ackedEpoch string
+	acked      int64
+}
+
+// NewReceiver returns a Receiver of the relay identified by relay (the same identifier the
+// positions and the quarantine use, normally the relay's URL).
+func (s *Store) NewReceiver(relay string, src Relay, h Handler, opts *ReceiverOptions) (*Receiver, error) {
+	if err := checkRelay(relay); err != nil {
+		return nil, fmt.Errorf("inbox: new receiver: %w", err)
+	}
+	if src == nil || h == nil {
+		return nil, fmt.Errorf("inbox: new receiver: %w: nil relay or handler", ErrInvalid)
+	}
+	r := &Receiver{s: s, relay: relay, src: src, h: h, log: s.logger, kick: make(chan struct{}, 1)}
+	if opts != nil {
+		r.opt = *opts
+	}
+	o := &r.opt
+	if o.Limit < 0 || o.Wait < 0 || o.Idle < 0 || o.MinBackoff < 0 || o.MaxBackoff < 0 {
+		return nil, fmt.Errorf("inbox: new receiver: %w: negative option", ErrInvalid)
+	}
+	if o.Idle == 0 {
+		o.Idle = DefaultIdle
+	}
+	if o.MinBackoff == 0 {
+		o.MinBackoff = DefaultMinBackoff
+	}
+	if o.MaxBackoff == 0 {
+		o.MaxBackoff = DefaultMaxBackoff
+	}
+	o.MaxBackoff = max(o.MaxBackoff, o.MinBackoff)
+	if o.Clock == nil {
+		o.Clock = time.Now
+	}
+	if o.Sleep == nil {
+		o.Sleep = r.sleep
+	}
+	if o.Logger != nil {
+		r.log = o.Logger
+	}
+	return r, nil
+}
+
+// Kick ends the current idle pause or backoff, so the next pull starts now (the host calls it
+// when it has reason to expect mail, e.g. after it re-enrolled).
+func (r *Receiver) Kick() {
+	select {
+	case r.kick <- struct{}{}:
+	default:
+	}
+}
+
+func (r *Receiver) sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-r.kick:
+		return nil
+	case <-t.C:
+		return nil
+	}
+}
+
+// StepResult is what one Receiver step did.
+type StepResult struct {
+	// Result is ProcessPage's (zero when the pull failed or the position was reset before it).
+	Result
+	// Pulled is the number of items on the page.
+	Pulled int
+	// Acked is the seq acked in this step (0: none).
+	Acked int64
+	// AckErr is a failed ack: harmless (the next pull repeats what was not acked) and retried by
+	// the next step.
+	AckErr error
+	// Waited reports that the relay held the pull for at least half the requested Wait.
+	Waited bool
+}
+
+// Step pulls one page after the committed position, processes it, and acks through the new
+// received_through. Epoch changes (a 409, a page of another epoch), rewinds and BAD_ACK reset the
+// position (OnReset is called); the next step then pulls from 0. A handler failure still acks what
+// committed before it, and returns the error.
+func (r *Receiver) Step(ctx context.Context) (StepResult, error) {
+	pos, err := r.s.Position(ctx, r.relay)
+	if err != nil {
+		return StepResult{}, err
+	}
+	req := relayclient.PullRequest{After: pos.ReceivedThrough, Limit: r.opt.Limit, Wait: r.opt.Wait}
+	if pos.ReceivedThrough > 0 {
+		req.Epoch = pos.Epoch // from 0 any epoch will do; a new one shows on the page
+	}
+	start := r.opt.Clock()
+	page, err := r.src.Pull(ctx, req)
+	if err != nil {
+		var ee *relayclient.EpochError
+		if errors.As(err, &ee) {
+			st := StepResult{}
+			return st, r.reset(ctx, &st, ee.Epoch, ResetEpochChanged)
+		}
+		return StepResult{}, fmt.Errorf("inbox: pull from %s: %w", r.relay, err)
+	}
+	st := StepResult{Pulled: len(page.Items), Waited: r.opt.Wait > 0 && r.opt.Clock().Sub(start) >= r.opt.Wait/2}
+	res, perr := r.s.ProcessPage(ctx, r.relay, req.After, page, r.h)
+	if perr != nil && !errors.Is(perr, ErrHandler) {
+		return st, perr
+	}
+	st.Result = res
+	if res.Reset != 0 {
+		r.ackedEpoch, r.acked = "", 0
+		if r.opt.OnReset != nil {
+			r.opt.OnReset(ctx, res.Position)
+		}
+	}
+	if err := r.ack(ctx, &st, res.Position); err != nil {
+		return st, errors.Join(perr, err)
+	}
+	return st, perr
+}
+
+// ack acks through p.ReceivedThrough when that is news to the relay.
+func (r *Receiver) ack(ctx context.Context, st *StepResult, p Position) error {
+	if p.ReceivedThrough <= 0 || (p.Epoch == r.ackedEpoch && p.ReceivedThrough <= r.acked) {
+		return nil
+	}
+	_, err := r.src.Ack(ctx, p.Epoch, p.ReceivedThrough)
+	var ee *relayclient.EpochError
+	switch {
+	case err == nil:
+		r.ackedEpoch, r.acked, st.Acked = p.Epoch, p.ReceivedThrough, p.ReceivedThrough
+		return nil
+	case errors.Is(err, relayclient.ErrRewound):
+		return r.reset(ctx, st, "", ResetBadAck)
+	case errors.As(err, &ee):
+		return r.reset(ctx, st, ee.Epoch, ResetEpochChanged)
+	case errors.Is(err, relayclient.ErrRelayKeyChanged):
+		return err
+	default:
+		st.AckErr = fmt.Errorf("inbox: ack %s through %d: %w", r.relay, p.ReceivedThrough, err)
+		r.log.Warn("relay ack failed; the next pull repeats", "relay", r.relay, "through", p.ReceivedThrough, "err", err)
+		return nil
+	}
+}
+
+// reset resets the position because of why, records it in st and tells OnReset.
+func (r *Receiver) reset(ctx context.Context, st *StepResult, epoch string, why ResetReason) error {
+	if epoch != "" {
+		if err := checkEpoch(epoch); err != nil {
+			epoch = "" // the relay did not say usably; the next page says
+		}
+	}
+	p, changed, err := r.s.Reset(context.WithoutCancel(ctx), r.relay, epoch, why)
+	if err != nil {
+		return err
+	}
+	r.ackedEpoch, r.acked = "", 0
+	st.Position = p
+	if changed {
+		st.Reset = why
+		if r.opt.OnReset != nil {
+			r.opt.OnReset(ctx, p)
+		}
+	}
+	return nil
+}
+
+// Run steps until ctx is done (it then returns ctx's error) or the relay key changes (it returns
+// that error: relay use stops until the owner confirms the new key). It pulls again at once while
+// the relay has more, after a reset and after a long poll the relay held; otherwise it pauses
+// Idle. Failed steps are logged and retried after a backoff.
+func (r *Receiver) Run(ctx context.Context) error {
+	backoff := time.Duration(0)
+	reenrolled := false // once per failure streak: a relay that still refuses gets the backoff
+	for {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		st, err := r.Step(ctx)
+		var pause time.Duration
+		switch {
+		case err == nil:
+			backoff, reenrolled = 0, false
+			if !st.More && st.Reset == 0 && !st.Waited && st.Done() == 0 {
+				pause = r.opt.Idle
+			}
+		case ctx.Err() != nil:
+			return ctx.Err()
+		case errors.Is(err, relayclient.ErrRelayKeyChanged):
+			return err
+		case errors.Is(err, relayclient.ErrNotEnrolled) && r.opt.Reenrol != nil && !reenrolled:
+			reenrolled = true
+			rerr := r.opt.Reenrol(ctx)
+			if rerr == nil {
+				r.log.Info("re-enrolled at the relay", "relay", r.relay)
+				continue
+			}
+			err = errors.Join(err, rerr)
+			fallthrough
+		default:
+			backoff = min(max(2*backoff, r.opt.MinBackoff), r.opt.MaxBackoff)
+			pause = backoff
+			var se *relayclient.StatusError
+			if errors.As(err, &se) && se.RetryAfter > pause {
+				pause = se.RetryAfter
+			}
+			r.log.Warn("relay receive step failed", "relay", r.relay, "retry_in", pause, "err", err)
+		}
+		if pause > 0 {
+			if err := r.opt.Sleep(ctx, pause); err != nil {
+				return err
+			}
+		}
+	}
+}
