@@ -21,4 +21,23 @@
 // schemes with their own inputs ([LANHopInput], [RelayHopInput]). Both allow five minutes of clock
 // skew either way. The relay scheme covers the query string of /v2 paths, so a pull cursor cannot
 // be altered in flight.
+//
+// # Envelopes
+//
+// A message is an [Envelope] (v3). The sender builds it ([Build]), checks its shape ([Envelope.Check]),
+// signs it with the host key, and seals it once per target host ([Envelope.Seal]): the body is
+// encrypted to the target's X25519 key, and the signature covers the ciphertext, not the plaintext.
+// The wire bytes of a sealed envelope are the exact JSON first produced; a pending send reuses them
+// and never seals again, because a new seal makes new ciphertext. A receiver runs [Receive]: shape,
+// then that the sender host and the from address belong to the peer it came from, then the
+// signature, then opening with its current and retired enc keys. Each failure is typed so the
+// receiver can answer rejected:<reason>.
+//
+// # Signed records
+//
+// Delivery receipts, enc-key ads, rotation records, sender allowlists, relay accept statements and
+// expiry notices are each signed over their own canonical JSON. Receipts are parsed strictly
+// (unknown fields refused); the other records are verified exactly as received, so a field added
+// after signing fails as a bad signature. Every refusal is a sentinel error that wraps its family
+// error (for example [ErrBadEncAd]), so callers can test either.
 package mbx
