@@ -9,6 +9,13 @@ import (
 
 	"github.com/agentmbx/agentmbx/mbx"
 	"github.com/agentmbx/agentmbx/relayclient"
+	"github.com/agentmbx/agentmbx/relayserver/failpoint"
+)
+
+// Failpoints of the Receiver (see package failpoint; MBX_FAILPOINT in crash tests).
+const (
+	// FailAfterCommitBeforeAck fires after a page's checkpoint committed, before the ack.
+	FailAfterCommitBeforeAck = "inbox.after-commit-before-ack"
 )
 
 // Relay is the relay a Receiver pulls from. *relayclient.Client satisfies it.
@@ -175,6 +182,9 @@ func (r *Receiver) Step(ctx context.Context) (StepResult, error) {
 		return st, perr
 	}
 	st.Result = res
+	if err := failpoint.Inject(FailAfterCommitBeforeAck); err != nil {
+		return st, err
+	}
 	if res.Reset != 0 {
 		r.ackedEpoch, r.acked = "", 0
 		if r.opt.OnReset != nil {
