@@ -42,6 +42,10 @@ func newRootCmd() *cobra.Command {
 		SilenceErrors: true,
 	}
 	root.AddCommand(newVersionCmd())
+	root.AddCommand(newInitCmd(), newDaemonCmd(), newIDCmd())
+	root.AddCommand(newSendCmd(), newInboxCmd(), newReadCmd(), newAckCmd())
+	root.AddCommand(newSentCmd(), newOutboxCmd())
+	root.AddCommand(newAgentsCmd(), newPeersCmd())
 	return root
 }
 

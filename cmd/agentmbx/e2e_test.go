@@ -1,0 +1,529 @@
+package main
+
+// End-to-end tests: real hosts, each a home with a daemon running as a child process (the test
+// binary re-run as agentmbx, set up by testscript.Main in TestMain), talking to each other over
+// loopback, driven by the command line only. Waits poll with generous timeouts and never assert
+// on elapsed time.
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/agentmbx/agentmbx/api"
+	"github.com/agentmbx/agentmbx/client"
+)
+
+const (
+	// e2eWait bounds every wait for something to happen between hosts.
+	e2eWait = 90 * time.Second
+	// e2eCmd bounds one command.
+	e2eCmd = 60 * time.Second
+	// e2eTick is the daemons' loop interval: short, so tests move along.
+	e2eTick = "100ms"
+)
+
+// node is one host of a test: its home and, while it runs, its daemon.
+type node struct {
+	t    *testing.T
+	name string
+	home string
+	addr string // the daemon's LAN address (host:port), kept across restarts
+	d    *daemonProc
+}
+
+type daemonProc struct {
+	cmd  *exec.Cmd
+	done chan struct{}
+	err  error // the exit error, set before done is closed
+	log  *syncBuffer
+}
+
+// syncBuffer is a bytes.Buffer safe for the writer goroutine of exec and the test.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func agentmbxPath(t *testing.T) string {
+	t.Helper()
+	p, err := exec.LookPath("agentmbx")
+	if err != nil {
+		t.Fatalf("agentmbx is not on PATH (TestMain sets it up): %v", err)
+	}
+	return p
+}
+
+// e2eDir returns a fresh directory with a short path (the control socket path must stay under
+// about 100 bytes).
+func e2eDir(t *testing.T) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "mbx")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	return dir
+}
+
+// newNode initializes a host named name in a fresh home under dir.
+func newNode(t *testing.T, dir, name string) *node {
+	t.Helper()
+	n := &node{t: t, name: name, home: filepath.Join(dir, name)}
+	n.must("init", "--host", name, "--listen", "127.0.0.1:0")
+	t.Cleanup(func() {
+		if n.d != nil {
+			n.kill()
+		}
+		if t.Failed() {
+			t.Logf("host %s home %s", n.name, n.home)
+		}
+	})
+	return n
+}
+
+// result is what one command did.
+type result struct {
+	stdout, stderr string
+	code           int
+}
+
+// runIn runs agentmbx with args against the node's home, stdin as standard input.
+func (n *node) runIn(stdin string, args ...string) result {
+	n.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), e2eCmd)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, agentmbxPath(n.t), append(args, "--home", n.home)...)
+	cmd.Env = append(os.Environ(), "MBX_HOME=/nonexistent/must-use-flag")
+	cmd.Stdin = strings.NewReader(stdin)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	code := 0
+	var ee *exec.ExitError
+	switch {
+	case errors.As(err, &ee):
+		code = ee.ExitCode()
+	case err != nil:
+		n.t.Fatalf("%s: agentmbx %s: %v", n.name, strings.Join(args, " "), err)
+	}
+	return result{out.String(), errb.String(), code}
+}
+
+func (n *node) run(args ...string) result {
+	n.t.Helper()
+	return n.runIn("", args...)
+}
+
+// must runs a command that has to succeed and returns its standard output.
+func (n *node) must(args ...string) string {
+	n.t.Helper()
+	return n.mustIn("", args...)
+}
+
+func (n *node) mustIn(stdin string, args ...string) string {
+	n.t.Helper()
+	r := n.runIn(stdin, args...)
+	if r.code != 0 {
+		n.t.Fatalf("%s: agentmbx %s: exit %d\nstdout: %s\nstderr: %s", n.name, strings.Join(args, " "), r.code, r.stdout, r.stderr)
+	}
+	return r.stdout
+}
+
+// mustJSON runs a command with --json and decodes its output into v.
+func (n *node) mustJSON(v any, args ...string) {
+	n.t.Helper()
+	out := n.must(append(args, "--json")...)
+	if err := json.Unmarshal([]byte(out), v); err != nil {
+		n.t.Fatalf("%s: agentmbx %s --json: %v\n%s", n.name, strings.Join(args, " "), err, out)
+	}
+}
+
+// start runs the node's daemon and waits until it serves both its LAN address and its socket.
+// A restarted daemon listens on the address it had before, so the peers' pins stay right.
+func (n *node) start() {
+	n.t.Helper()
+	if n.d != nil {
+		n.t.Fatalf("%s: daemon already running", n.name)
+	}
+	listen := "127.0.0.1:0"
+	if n.addr != "" {
+		listen = n.addr
+	}
+	addrFile := n.home + ".addr"
+	os.Remove(addrFile)
+	d := &daemonProc{done: make(chan struct{}), log: &syncBuffer{}}
+	d.cmd = exec.Command(agentmbxPath(n.t), "daemon", "--home", n.home, "--listen", listen, "--tick", e2eTick, "--addr-file", addrFile)
+	d.cmd.Stdout, d.cmd.Stderr = d.log, d.log
+	if err := d.cmd.Start(); err != nil {
+		n.t.Fatalf("%s: start daemon: %v", n.name, err)
+	}
+	go func() {
+		d.err = d.cmd.Wait()
+		close(d.done)
+	}()
+	n.d = d
+	n.waitFor("the daemon to serve", func() (bool, string) {
+		select {
+		case <-d.done:
+			n.t.Fatalf("%s: daemon exited: %v\n%s", n.name, d.err, d.log.String())
+		default:
+		}
+		b, err := os.ReadFile(addrFile)
+		if err != nil {
+			return false, "no address file yet"
+		}
+		addr := strings.TrimSpace(string(b))
+		if _, port, err := net.SplitHostPort(addr); err != nil || port == "0" || port == "" {
+			return false, fmt.Sprintf("address file holds %q", addr)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		c, err := client.Dial(ctx, n.home)
+		if err != nil {
+			return false, err.Error()
+		}
+		c.Close()
+		n.addr = addr
+		return true, ""
+	})
+}
+
+// stop sends SIGTERM and requires a clean exit.
+func (n *node) stop() {
+	n.t.Helper()
+	d := n.d
+	if err := d.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		n.t.Fatalf("%s: SIGTERM: %v", n.name, err)
+	}
+	select {
+	case <-d.done:
+	case <-time.After(e2eWait):
+		d.cmd.Process.Kill()
+		<-d.done
+		n.t.Fatalf("%s: daemon did not stop on SIGTERM\n%s", n.name, d.log.String())
+	}
+	n.d = nil
+	if d.err != nil {
+		n.t.Fatalf("%s: daemon exited with %v after SIGTERM\n%s", n.name, d.err, d.log.String())
+	}
+}
+
+// kill sends SIGKILL: the daemon gets no chance to clean up.
+func (n *node) kill() {
+	n.t.Helper()
+	d := n.d
+	d.cmd.Process.Kill()
+	<-d.done
+	n.d = nil
+}
+
+// waitFor polls cond until it holds, failing the test after e2eWait with cond's last word.
+func (n *node) waitFor(what string, cond func() (bool, string)) {
+	n.t.Helper()
+	deadline := time.Now().Add(e2eWait)
+	for {
+		ok, last := cond()
+		if ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			logs := ""
+			if n.d != nil {
+				logs = n.d.log.String()
+			}
+			n.t.Fatalf("%s: gave up waiting for %s: %s\ndaemon log:\n%s", n.name, what, last, logs)
+		}
+		time.Sleep(150 * time.Millisecond)
+	}
+}
+
+// card returns the node's signed host card naming its daemon's address.
+func (n *node) card() string {
+	n.t.Helper()
+	if n.addr == "" {
+		n.t.Fatalf("%s: no address yet: start the daemon first", n.name)
+	}
+	return n.must("id", "--card", "--addr", n.addr)
+}
+
+// pinCards pins every node to every other by their cards (id --card | peers add - --yes).
+func pinCards(t *testing.T, nodes ...*node) {
+	t.Helper()
+	for _, a := range nodes {
+		card := a.card()
+		for _, b := range nodes {
+			if a == b {
+				continue
+			}
+			out := b.mustIn(card, "peers", "add", "-", "--yes")
+			if !strings.Contains(out, "pinned "+a.name+" ") {
+				t.Fatalf("%s: peers add %s: %s", b.name, a.name, out)
+			}
+		}
+	}
+}
+
+// send sends a message and returns its id.
+func (n *node) send(from, to, subject, body string, extra ...string) string {
+	n.t.Helper()
+	out := n.must(append([]string{"send", "--as", from, "--to", to, "--subject", subject, "-m", body}, extra...)...)
+	id := strings.TrimSpace(out)
+	if len(id) != 26 {
+		n.t.Fatalf("%s: send printed %q, want a message id", n.name, out)
+	}
+	return id
+}
+
+// inbox returns an agent's whole mailbox.
+func (n *node) inbox(agent string) []api.Message {
+	n.t.Helper()
+	var msgs []api.Message
+	n.mustJSON(&msgs, "inbox", "--as", agent, "--all")
+	return msgs
+}
+
+// waitMail waits until agent has the message id and returns it; the mailbox must hold it once.
+func (n *node) waitMail(agent, id string) api.Message {
+	n.t.Helper()
+	var got api.Message
+	n.waitFor(fmt.Sprintf("message %s for %s", id, agent), func() (bool, string) {
+		msgs := n.inbox(agent)
+		count := 0
+		for _, m := range msgs {
+			if m.ID == id {
+				got = m
+				count++
+			}
+		}
+		if count > 1 {
+			n.t.Fatalf("%s: message %s shows %d times in %s's mailbox", n.name, id, count, agent)
+		}
+		return count == 1, fmt.Sprintf("%d messages, not it", len(msgs))
+	})
+	return got
+}
+
+// waitSent waits until every listed recipient of message id shows state (or a later one).
+func (n *node) waitSent(id, state string, recipients ...string) api.Sent {
+	n.t.Helper()
+	rank := map[string]int{"queued": 0, "delivered": 1, "notified": 2, "read": 3, "acked": 4}
+	var s api.Sent
+	n.waitFor(fmt.Sprintf("%v of %s to be %s", recipients, id, state), func() (bool, string) {
+		n.mustJSON(&s, "sent", id)
+		for _, want := range recipients {
+			found := false
+			for _, r := range s.Recipients {
+				if r.Recipient == want {
+					found = true
+					if rank[r.State] < rank[state] {
+						return false, fmt.Sprintf("%s is %s", want, r.State)
+					}
+				}
+			}
+			if !found {
+				return false, fmt.Sprintf("%s not listed in %+v", want, s.Recipients)
+			}
+		}
+		return true, ""
+	})
+	return s
+}
+
+// outboxRows returns the outbox rows of message id.
+func (n *node) outboxRows(id string) []api.OutboxRow {
+	n.t.Helper()
+	var rows, mine []api.OutboxRow
+	n.mustJSON(&rows, "outbox")
+	for _, r := range rows {
+		if r.MsgID == id {
+			mine = append(mine, r)
+		}
+	}
+	return mine
+}
+
+func TestE2ETwoHosts(t *testing.T) {
+	if testing.Short() {
+		t.Skip("end-to-end test")
+	}
+	dir := e2eDir(t)
+	a, b := newNode(t, dir, "alpha"), newNode(t, dir, "beta")
+	a.must("agents", "add", "alice")
+	b.must("agents", "add", "bob")
+	a.start()
+	b.start()
+	pinCards(t, a, b)
+
+	var peers []api.Peer
+	a.mustJSON(&peers, "peers")
+	if len(peers) != 1 || peers[0].Host != "beta" || peers[0].Addr != b.addr {
+		t.Fatalf("alpha's peers = %+v, want beta at %s", peers, b.addr)
+	}
+
+	// alpha → beta, then the receipts of read and ack settle the sender's view.
+	id := a.send("alice", "bob@beta", "hello beta", "first message")
+	m := b.waitMail("bob", id)
+	if m.From != "alice@alpha" || m.Body != "first message" || m.Subject != "hello beta" {
+		t.Fatalf("beta got %+v", m)
+	}
+	a.waitSent(id, "delivered", "bob@beta")
+	if rows := a.outboxRows(id); len(rows) != 1 || rows[0].Host != "beta" {
+		t.Fatalf("outbox rows of %s = %+v, want one for beta", id, rows)
+	}
+	b.must("read", id, "--as", "bob")
+	b.must("ack", id, "--as", "bob", "--note", "got it")
+	s := a.waitSent(id, "acked", "bob@beta")
+	if r := s.Recipients[0]; r.Note != "got it" {
+		t.Errorf("sent %s recipient = %+v, want the ack note", id, r)
+	}
+	a.waitFor("the outbox row to be done", func() (bool, string) {
+		rows := a.outboxRows(id)
+		return len(rows) == 1 && rows[0].State == "done", fmt.Sprintf("%+v", rows)
+	})
+
+	// beta → alpha: a reply.
+	id2 := b.send("bob", "alice@alpha", "re: hello beta", "and back", "--reply-to", id)
+	m2 := a.waitMail("alice", id2)
+	if m2.From != "bob@beta" || m2.Body != "and back" || m2.ReplyTo != id {
+		t.Fatalf("alpha got %+v", m2)
+	}
+	b.waitSent(id2, "delivered", "alice@alpha")
+
+	// Both stop cleanly on SIGTERM; the store is then usable without a daemon.
+	a.stop()
+	b.stop()
+	if _, err := os.Stat(client.SocketPath(a.home)); err == nil {
+		t.Errorf("alpha's control socket is left after SIGTERM")
+	}
+	if msgs := a.inbox("alice"); len(msgs) != 1 || msgs[0].ID != id2 {
+		t.Errorf("alpha's inbox without a daemon = %+v, want %s", msgs, id2)
+	}
+}
+
+func TestE2EThreeHostsFanOut(t *testing.T) {
+	if testing.Short() {
+		t.Skip("end-to-end test")
+	}
+	dir := e2eDir(t)
+	a, b, c := newNode(t, dir, "alpha"), newNode(t, dir, "beta"), newNode(t, dir, "gamma")
+	a.must("agents", "add", "alice")
+	a.must("agents", "add", "arev", "--role", "reviewer")
+	b.must("agents", "add", "bob")
+	b.must("agents", "add", "brev", "--role", "reviewer")
+	c.must("agents", "add", "carl")
+	c.must("agents", "add", "crev", "--role", "reviewer")
+	for _, n := range []*node{a, b, c} {
+		n.start()
+	}
+	pinCards(t, a, b, c)
+
+	// Role mail: every reviewer here and on each peer; one outbox row per remote host.
+	id := a.send("alice", "role:reviewer", "please review", "diff attached")
+	for _, x := range []struct {
+		n     *node
+		agent string
+	}{{a, "arev"}, {b, "brev"}, {c, "crev"}} {
+		x.n.waitMail(x.agent, id)
+	}
+	for _, x := range []struct {
+		n     *node
+		agent string
+	}{{b, "bob"}, {c, "carl"}} {
+		for _, m := range x.n.inbox(x.agent) {
+			if m.ID == id {
+				t.Errorf("%s: %s got role mail for reviewers", x.n.name, x.agent)
+			}
+		}
+	}
+	rows := a.outboxRows(id)
+	hosts := map[string]int{}
+	for _, r := range rows {
+		hosts[r.Host]++
+	}
+	if len(rows) != 2 || hosts["beta"] != 1 || hosts["gamma"] != 1 {
+		t.Fatalf("outbox rows of role mail = %+v, want one for beta and one for gamma", rows)
+	}
+	a.waitSent(id, "delivered", "brev@beta", "crev@gamma")
+
+	// Broadcast from beta: every agent of every host.
+	id2 := b.send("bob", "*", "all hands", "meeting at noon")
+	for _, x := range []struct {
+		n     *node
+		agent string
+	}{{a, "alice"}, {a, "arev"}, {b, "brev"}, {c, "carl"}, {c, "crev"}} {
+		x.n.waitMail(x.agent, id2)
+	}
+	b.waitSent(id2, "delivered", "alice@alpha", "arev@alpha", "carl@gamma", "crev@gamma")
+
+	// A reader on gamma acks; beta sees it.
+	c.must("ack", id2, "--as", "carl", "--note", "ok")
+	b.waitSent(id2, "acked", "carl@gamma")
+
+	for _, n := range []*node{a, b, c} {
+		n.stop()
+	}
+}
+
+// TestE2ECrashAfterSend kills the sender's daemon right after it answered a send while the
+// recipient is down: the row is on disk, and after both come back the message arrives, once.
+func TestE2ECrashAfterSend(t *testing.T) {
+	if testing.Short() {
+		t.Skip("end-to-end test")
+	}
+	dir := e2eDir(t)
+	a, b := newNode(t, dir, "alpha"), newNode(t, dir, "beta")
+	b.must("agents", "add", "bob")
+	a.start()
+	b.start()
+	pinCards(t, a, b)
+	b.stop()
+
+	id := a.send("alice", "bob@beta", "while you were out", "kept through a crash")
+	a.kill()
+
+	// Without a daemon the command opens the store: the row is there, not done.
+	rows := a.outboxRows(id)
+	if len(rows) != 1 || rows[0].Host != "beta" || rows[0].State == "done" {
+		t.Fatalf("outbox after SIGKILL = %+v, want the row for beta still to deliver", rows)
+	}
+
+	b.start()
+	a.start()
+	m := b.waitMail("bob", id)
+	if m.Body != "kept through a crash" {
+		t.Fatalf("beta got %+v", m)
+	}
+	a.waitSent(id, "delivered", "bob@beta")
+	a.waitFor("the outbox row to be done", func() (bool, string) {
+		rows := a.outboxRows(id)
+		return len(rows) == 1 && rows[0].State == "done", fmt.Sprintf("%+v", rows)
+	})
+	// Once more after everything settled: still exactly one copy.
+	b.waitMail("bob", id)
+	a.stop()
+	b.stop()
+}
