@@ -102,7 +102,10 @@ func (d discardWriter) Header() http.Header         { return d.h }
 func (d discardWriter) Write(b []byte) (int, error) { return len(b), nil }
 func (d discardWriter) WriteHeader(int)             {}
 
-func testLogger(t *testing.T) *slog.Logger {
+func testLogger(t *testing.T) *slog.Logger { return testLoggerB() }
+
+// testLoggerB discards logs unless HOST_TEST_LOG is set.
+func testLoggerB() *slog.Logger {
 	if os.Getenv("HOST_TEST_LOG") != "" {
 		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	}

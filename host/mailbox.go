@@ -161,8 +161,9 @@ func mailboxTx(tx *bbolt.Tx, agent string, all bool) ([]storedMessage, []mboxEnt
 // delivered to notified: the agent has now been told.
 func (h *Host) listAndNotify(agent string, all bool) ([]api.Message, error) {
 	out := []api.Message{}
+	changed := false
 	err := h.db.Update(func(tx *bbolt.Tx) error {
-		out = out[:0]
+		out, changed = out[:0], false
 		msgs, ents, err := mailboxTx(tx, agent, all)
 		if err != nil {
 			return err
@@ -174,11 +175,15 @@ func (h *Host) listAndNotify(agent string, all bool) ([]api.Message, error) {
 				if _, e, _, err = h.advanceTx(tx, agent, msgs[i].ID, mbx.ReceiptNotified, "", now); err != nil {
 					return err
 				}
+				changed = true
 			}
 			out = append(out, msgs[i].api(agent, e))
 		}
 		return nil
 	})
+	if err == nil && changed {
+		h.kickOutbox() // receipts may be queued
+	}
 	return out, err
 }
 
@@ -270,7 +275,6 @@ func (h *Host) Wait(ctx context.Context, agent string, timeout time.Duration) ([
 			if err != nil {
 				return nil, fmt.Errorf("host: wait: %w", err)
 			}
-			h.kickOutbox()
 			return out, nil
 		}
 		select {

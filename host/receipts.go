@@ -131,10 +131,11 @@ func (b *receiptBook) ReceiptCount(msg, host string) int {
 // a receipt item): accepted, duplicate, stale, or rejected:<reason>.
 type ReceiptStatus string
 
-// acceptReceiptTx applies one signed receipt (raw JSON {rec, sig}) from hop ("" when it came
+// AcceptReceiptTx applies one signed receipt (raw JSON {rec, sig}) from hop ("" when it came
 // through the relay) inside tx: the acceptReceipt checks, then on acceptance the rstate upsert
-// and the settling of the outbox row. Store errors are returned as err; refusals as the status.
-func (h *Host) acceptReceiptTx(tx *bbolt.Tx, item []byte, hop string) (itemID string, st ReceiptStatus, err error) {
+// and the settling of the outbox row to done, all in tx. It returns the receipt's item id and
+// accepted, duplicate, stale or rejected:<reason>; err is a store error only (roll back).
+func (h *Host) AcceptReceiptTx(tx *bbolt.Tx, item []byte, hop string) (itemID string, st ReceiptStatus, err error) {
 	book := &receiptBook{tx: tx}
 	s, verdict, rerr := mbx.AcceptReceipt(book, item, hop)
 	if book.err != nil {
@@ -196,7 +197,7 @@ func (h *Host) AcceptReceipts(items []json.RawMessage, hop string) ([]ReceiptRes
 			}
 		}
 		for i, it := range items {
-			id, st, err := h.acceptReceiptTx(tx, it, hop)
+			id, st, err := h.AcceptReceiptTx(tx, it, hop)
 			if err != nil {
 				return err
 			}
