@@ -33,6 +33,15 @@
 // re-pushes its relay-accepted rows as a sender. A relay's BAD_ACK is the same rewind seen at ack
 // time (Store.Reset with ResetBadAck).
 //
+// # The receive loop
+//
+// A Receiver ties it together for one relay: pull after the committed position (with the epoch
+// once past 0, and a long-poll wait when asked), ProcessPage, then ack through the committed
+// received_through. A 409, a page of another epoch, a rewind or a BAD_ACK resets the position
+// and calls OnReset; a relay that no longer knows the host key calls Reenrol; a changed relay
+// key ends Run. Failed steps back off (honouring Retry-After). The failpoint
+// FailAfterCommitBeforeAck lets crash tests kill a receiver between its commit and its ack.
+//
 // # Storage
 //
 // Positions live in the host's bbolt file under the top-level bucket "relay-positions"; rejected
