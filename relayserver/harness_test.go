@@ -50,13 +50,18 @@ type relay struct {
 	key   mbx.SigningKey
 	clock *clock
 	opts  func(*relayserver.Options)
+	sopts sqlitestore.Options
 	store *sqlitestore.Store
 	srv   *relayserver.Server
 	ts    *httptest.Server
 }
 
 func newRelay(t testing.TB, opts func(*relayserver.Options)) *relay {
-	r := &relay{t: t, dir: t.TempDir(), key: keyFor(t, 0), clock: &clock{t: t0}, opts: opts}
+	return newRelayWith(t, opts, sqlitestore.Options{})
+}
+
+func newRelayWith(t testing.TB, opts func(*relayserver.Options), so sqlitestore.Options) *relay {
+	r := &relay{t: t, dir: t.TempDir(), key: keyFor(t, 0), clock: &clock{t: t0}, opts: opts, sopts: so}
 	r.start()
 	t.Cleanup(r.stop)
 	return r
@@ -72,7 +77,9 @@ func (r *relay) start() {
 }
 
 func (r *relay) open() (*sqlitestore.Store, *relayserver.Server, error) {
-	st, err := sqlitestore.Open(bg, r.dir, &sqlitestore.Options{LockWait: 5 * time.Second})
+	so := r.sopts
+	so.LockWait = 5 * time.Second
+	st, err := sqlitestore.Open(bg, r.dir, &so)
 	if err != nil {
 		return nil, nil, fmt.Errorf("open store: %w", err)
 	}

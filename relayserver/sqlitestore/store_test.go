@@ -26,6 +26,8 @@ func openT(t *testing.T, dir string) *Store {
 	return s
 }
 
+var t0Bench = time.UnixMilli(1773480413589)
+
 func key(n int) string { return fmt.Sprintf("%043d=", n) }
 
 func hash(b []byte) string { s := sha256.Sum256(b); return hex.EncodeToString(s[:]) }

@@ -1,0 +1,58 @@
+// Package relayserver is the agentmbx relay: an untrusted, durable store-and-forward service that
+// carries sealed mail between hosts on different networks (spec "Durable relay", T165).
+//
+// The relay never sees plaintext. It stores, for each target host key, the exact wire bytes a
+// sender pushed, numbers them, hands them to the target in order, and deletes them once the target
+// acknowledges them. Hosts are identified by key; a host name is only a label.
+//
+// # Protocol flow
+//
+//  1. A host asks for a challenge (POST /v1/relay/challenge {host, pubkey}), signs it with its host
+//     key and enrols (POST /v1/relay/enrol). The EnrolmentAuthority decides (HostKeyAuthority by
+//     default; a stronger one can prove an account, which quotas and name uniqueness then use).
+//  2. It publishes its enc-key ad (POST /v2/relay/enc-key) and, optionally, the allowlist of sender
+//     keys it accepts (POST /v2/relay/senders).
+//  3. A sender pushes items (POST /v2/relay/items), each addressed to target keys with the wire
+//     bytes sealed for each target. Every item is one atomic unit: all of its targets are checked
+//     (enrolled, not revoked, allowlist, quotas, size, no repeated target) and stored, or nothing
+//     is. Dedup is per (sender, item id, target): the same bytes again are a duplicate with the
+//     original seq; other bytes under the same id are rejected:conflict. The answer carries, per
+//     item, a status and, for accepted and duplicate items, the relay's signed accept statement.
+//     HTTP 200 only means the results are in the body.
+//  4. The target pulls pages (GET /v2/relay/items?after=&limit=&epoch=) and acknowledges
+//     (POST /v2/relay/ack {epoch, through}) what it has durably processed.
+//
+// Every request but challenge, enrol, rotate and the enc-key lookup carries a signed relay hop over
+// the method, the path with its query, the timestamp and the full body (mbx.VerifyRelayHop),
+// found by x-mbx-key.
+//
+// # Durability
+//
+// All state lives behind the Store interface (sqlitestore is the implementation). A response that
+// reports an effect is written only after the transaction holding it committed; concurrent
+// requests share commits (group commit) without losing per-item atomicity. Sequence numbers are
+// max(next_seq, now in ms), so they never repeat, even after a restore from an older copy. The
+// epoch names the store generation; a pull or ack naming another epoch gets 409 with the current
+// one, and Serve rotates the epoch at start when the stored heartbeat is stale (a restore or a
+// long outage).
+//
+// # Identity
+//
+// The relay key (LoadKey) comes from MBX_RELAY_KEY or relay.key beside the store, generated on
+// first start. A store is bound to the first key that serves it and refuses any other
+// (ErrRelayKeyMismatch). Errors never contain key material.
+//
+// # Bounds
+//
+// Bodies are capped while streaming (413, nothing stored); challenge, enrol and rotate bodies are
+// small and rate-limited per client address (behind a proxy: the rightmost X-Forwarded-For entry
+// with TrustXFF, CF-Connecting-IP with TrustCloudflare); pushes are rate-limited per sender key;
+// quotas apply per target, per sender per target and per proven account; open challenges, live
+// enrolments and every rate table are capped. httperr.go maps every error to its status.
+//
+// # Caveats
+//
+// Not built yet: the retention sweep with expiry notices and dedup tombstones (spec §6), online
+// backup and restore commands, and the v1 message endpoints (/v1/relay/messages). The Store and Tx
+// interfaces are where they will go.
+package relayserver
