@@ -226,6 +226,10 @@ func (s *Store) process(tx *bbolt.Tx, relay string, after int64, page mbx.PullRe
 		case OutcomeDuplicate:
 			res.Duplicates++
 		case OutcomeRejected:
+			if v.Cause == quarantine.CauseUnpaired && !mbx.ValidPublicKey(pi.SenderPubkey) {
+				// Pairing can never release it: the relay named no key.
+				v.Cause, v.Reason = quarantine.CauseMalformed, "sender_pubkey is not a host key; "+v.Reason
+			}
 			_, _, qerr := q.Put(quarantine.Entry{
 				Relay: relay, Epoch: page.Epoch, Seq: pi.Seq, ItemID: pi.ItemID, Kind: pi.Kind,
 				Sender: pi.SenderPubkey, Cause: v.Cause, Reason: v.Reason, Wire: it.Wire, At: now,

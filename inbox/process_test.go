@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -176,9 +177,11 @@ func TestRejectedGoesToQuarantineAndPositionAdvances(t *testing.T) {
 	odd.Kind = "gossip"
 	stranger := pitem(270, "s1")
 	stranger.SenderPubkey = strangerKey
-	res := mustProcess(t, s, 0, page("ep1", 300, pitem(100, "a"), pitem(200, "b"), bad, odd, stranger, pitem(300, "c")), h)
-	if res.Position.ReceivedThrough != 300 || res.Accepted != 2 || res.Quarantined != 4 {
-		t.Fatalf("result %+v, want through 300, 2 accepted, 4 quarantined", res)
+	nokey := pitem(280, "s2")
+	nokey.SenderPubkey = strings.Repeat("x", 300) // not a key: can never be paired
+	res := mustProcess(t, s, 0, page("ep1", 300, pitem(100, "a"), pitem(200, "b"), bad, odd, stranger, nokey, pitem(300, "c")), h)
+	if res.Position.ReceivedThrough != 300 || res.Accepted != 2 || res.Quarantined != 5 {
+		t.Fatalf("result %+v, want through 300, 2 accepted, 5 quarantined", res)
 	}
 	entries, err := s.Quarantine().List(context.Background(), quarantine.Filter{WithWire: true})
 	if err != nil {
@@ -201,6 +204,7 @@ func TestRejectedGoesToQuarantineAndPositionAdvances(t *testing.T) {
 		{250, quarantine.CauseMalformed, "!!not base64!!"},
 		{260, quarantine.CauseUnknownKind, `{"id":"odd"}`},
 		{270, quarantine.CauseUnpaired, `{"id":"s1"}`},
+		{280, quarantine.CauseMalformed, `{"id":"s2"}`},
 	}
 	if !slices.Equal(got, want) {
 		t.Fatalf("quarantine = %+v, want %+v", got, want)

@@ -79,6 +79,11 @@ func (c *Client) Pull(ctx context.Context, r PullRequest) (mbx.PullResponse, err
 	case page.HeadSeq < 0 || page.LastSeq < 0:
 		return mbx.PullResponse{}, fmt.Errorf("relayclient: pull: %w: negative head_seq or last_seq", ErrProtocol)
 	}
+	for _, it := range page.Items {
+		if it.Seq > page.HeadSeq {
+			return mbx.PullResponse{}, fmt.Errorf("relayclient: pull: %w: item seq %d above head_seq %d", ErrProtocol, it.Seq, page.HeadSeq)
+		}
+	}
 	if page.Items == nil {
 		page.Items = []mbx.PullItem{}
 	}

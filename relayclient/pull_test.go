@@ -78,6 +78,7 @@ func TestPullRefusesBrokenPages(t *testing.T) {
 		{"negative head", `{"epoch":"e","head_seq":-1,"items":[],"last_seq":0}`},
 		{"seq not an integer", `{"epoch":"e","head_seq":1,"items":[{"seq":1.5,"kind":"envelope"}],"last_seq":1}`},
 		{"items not a list", `{"epoch":"e","head_seq":1,"items":{},"last_seq":1}`},
+		{"item above the head", `{"epoch":"e","head_seq":0,"items":[{"seq":5,"kind":"envelope"}],"last_seq":5}`},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
