@@ -625,3 +625,142 @@ func TestErrorCoder(t *testing.T) {
 		t.Fatalf("Wait = %v, want ErrBadRequest", err)
 	}
 }
+
+// fakePairer is a pairing session in memory, with its own state type.
+type fakePairState struct {
+	State string `json:"state"`
+	Code  string `json:"code,omitempty"`
+	Peer  string `json:"peer,omitempty"`
+}
+
+type fakePairer struct {
+	mu       sync.Mutex
+	st       fakePairState
+	ttl      time.Duration
+	accepted *bool
+}
+
+func (p *fakePairer) StartPairing(ttl time.Duration) (string, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.st.State == "waiting" {
+		return "", fmt.Errorf("pairing: %w", client.ErrConflict)
+	}
+	p.ttl, p.st = ttl, fakePairState{State: "waiting"}
+	return "ABCD-EFGH-JKMN", nil
+}
+
+func (p *fakePairer) PairingStatus() (fakePairState, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.st, nil
+}
+
+func (p *fakePairer) JoinPairing(_ context.Context, addr, token string) (fakePairState, error) {
+	if token != "ABCD-EFGH-JKMN" {
+		return fakePairState{}, codeErr{"wrong pairing token", client.CodeRefused}
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.st = fakePairState{State: "code", Code: "123456", Peer: addr}
+	return p.st, nil
+}
+
+func (p *fakePairer) ConfirmPairing(_ context.Context, accept bool) (api.Peer, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.accepted = &accept
+	if !accept {
+		p.st.State = "declined"
+		return api.Peer{}, codeErr{"pairing declined", client.CodeRefused}
+	}
+	p.st.State = "done"
+	return api.Peer{Host: "h2", Fingerprint: "aaaa-bbbb-cccc-dddd"}, nil
+}
+
+// seen returns what the pairer was given, under its lock.
+func (p *fakePairer) seen() (ttl time.Duration, accepted *bool, state string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.ttl, p.accepted, p.st.State
+}
+
+func (p *fakePairer) CancelPairing(context.Context) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.st.State = "failed"
+	return nil
+}
+
+func TestPairing(t *testing.T) {
+	p := &fakePairer{}
+	home := shortDir(t)
+	ln, err := net.Listen("unix", client.SocketPath(home))
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: client.NewHandler(newFake(), client.WithPairing[fakePairState](p))}
+	go srv.Serve(ln)
+	defer srv.Close()
+	c := dial(t, home)
+	ctx := testCtx(t)
+
+	tok, err := c.StartPairing(ctx, 5*time.Minute)
+	if ttl, _, _ := p.seen(); err != nil || tok != "ABCD-EFGH-JKMN" || ttl != 5*time.Minute {
+		t.Fatalf("StartPairing = %q, %v (ttl %v)", tok, err, ttl)
+	}
+	if _, err := c.StartPairing(ctx, 0); !errors.Is(err, client.ErrConflict) {
+		t.Fatalf("second StartPairing = %v, want ErrConflict", err)
+	}
+	raw, err := c.PairingStatus(ctx)
+	if err != nil || strings.TrimSpace(string(raw)) != `{"state":"waiting"}` {
+		t.Fatalf("PairingStatus = %s, %v", raw, err)
+	}
+	if _, err := c.JoinPairing(ctx, "10.0.0.2:7373", "WRONG"); !errors.Is(err, client.ErrRefused) || strings.Contains(err.Error(), "WRONG") {
+		t.Fatalf("JoinPairing with a wrong token = %v, want ErrRefused without the token", err)
+	}
+	raw, err = c.JoinPairing(ctx, "10.0.0.2:7373", tok)
+	if err != nil || strings.TrimSpace(string(raw)) != `{"state":"code","code":"123456","peer":"10.0.0.2:7373"}` {
+		t.Fatalf("JoinPairing = %s, %v", raw, err)
+	}
+	peer, err := c.ConfirmPairing(ctx, true)
+	if _, acc, _ := p.seen(); err != nil || peer.Host != "h2" || acc == nil || !*acc {
+		t.Fatalf("ConfirmPairing = %+v, %v", peer, err)
+	}
+	if _, err := c.ConfirmPairing(ctx, false); !errors.Is(err, client.ErrRefused) {
+		t.Fatalf("ConfirmPairing(false) = %v, want ErrRefused", err)
+	}
+	if _, acc, _ := p.seen(); *acc {
+		t.Fatalf("ConfirmPairing(false) did not pass the answer on")
+	}
+	if err := c.CancelPairing(ctx); err != nil {
+		t.Fatalf("CancelPairing = %v", err)
+	}
+	if _, _, st := p.seen(); st != "failed" {
+		t.Fatalf("state after CancelPairing = %s, want failed", st)
+	}
+
+	// A confirmation must say which answer.
+	hc := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		var d net.Dialer
+		return d.DialContext(ctx, "unix", client.SocketPath(home))
+	}}}
+	defer hc.CloseIdleConnections()
+	resp, err := hc.Post("http://agentmbx/v1/pair/confirm", "application/json", strings.NewReader(`{}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusBadRequest {
+		t.Fatalf("confirm without accept: status %d, want 400", resp.StatusCode)
+	}
+}
+
+func TestPairingNotServed(t *testing.T) {
+	c := dial(t, serve(t, newFake()))
+	_, err := c.StartPairing(testCtx(t), 0)
+	var h interface{ Hint() string }
+	if !errors.Is(err, client.ErrNotFound) || !errors.As(err, &h) || !strings.Contains(h.Hint(), "stop the daemon") {
+		t.Fatalf("StartPairing without WithPairing = %v, want ErrNotFound with a hint", err)
+	}
+}

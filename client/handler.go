@@ -45,15 +45,21 @@ type ErrorCoder interface {
 // api package's documentation by calling svc, and turns svc's errors into api.Error answers (code
 // by svc's ErrorCoder if it has one, else CodeOf; hint by the error's Hint method, if any). A host
 // daemon serves it on its socket.
-func NewHandler(svc api.Service) http.Handler {
+//
+// Options add optional routes: WithPairing serves LAN pairing.
+func NewHandler(svc api.Service, opts ...HandlerOption) http.Handler {
 	h := &handler{svc: svc}
 	h.coder, _ = svc.(ErrorCoder)
+	for _, o := range opts {
+		o(h)
+	}
 	return h
 }
 
 type handler struct {
 	svc   api.Service
 	coder ErrorCoder // nil when svc does not classify its errors
+	pair  *pairFuncs // nil without WithPairing
 }
 
 // route is one endpoint: it decodes the request, calls the service and returns the answer.
@@ -71,6 +77,12 @@ var routes = map[string]map[string]route{
 	"/v1/wait":   {http.MethodGet: (*handler).wait},
 	"/v1/status": {http.MethodGet: (*handler).status},
 	"/v1/card":   {http.MethodGet: (*handler).card},
+
+	"/v1/pair":         {http.MethodGet: (*handler).pairStatus},
+	"/v1/pair/start":   {http.MethodPost: (*handler).pairStart},
+	"/v1/pair/join":    {http.MethodPost: (*handler).pairJoin},
+	"/v1/pair/confirm": {http.MethodPost: (*handler).pairConfirm},
+	"/v1/pair/cancel":  {http.MethodPost: (*handler).pairCancel},
 }
 
 func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
