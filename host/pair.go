@@ -644,6 +644,31 @@ func Join(ctx context.Context, h *Host, addr, token string, confirm func(code st
 	return h.ConfirmPairing(ctx, confirm(st.Code, *st.Peer))
 }
 
+// Invite runs the inviter's side in one call, for a command that drives it itself:
+// StartPairing, show(token) for the user to pass on, a wait for the join, confirm(code, peer) for
+// the user's comparison of the code, then ConfirmPairing with the answer. The caller keeps the
+// LAN server running meanwhile (the daemon's, or LANMux served on a listener of its own). When
+// ctx ends first the session is cancelled and nothing is pinned.
+func Invite(ctx context.Context, h *Host, ttl time.Duration, show func(token string), confirm func(code string, peer api.Peer) bool) (api.Peer, error) {
+	token, err := h.StartPairing(ttl)
+	if err != nil {
+		return api.Peer{}, err
+	}
+	show(token)
+	st, err := h.WaitPairing(ctx, PairWaiting)
+	if err != nil {
+		h.CancelPairing(ctx)
+		return api.Peer{}, fmt.Errorf("host: invite: %w: %w", ErrPairCancelled, err)
+	}
+	if st.State != PairCode {
+		if err := st.Err(); err != nil {
+			return api.Peer{}, fmt.Errorf("host: invite: %w", err)
+		}
+		return api.Peer{}, fmt.Errorf("host: invite: %w: %s", ErrPairState, st.State)
+	}
+	return h.ConfirmPairing(ctx, confirm(st.Code, *st.Peer))
+}
+
 // joinerConfirm sends the joiner's accept to the inviter until the inviter answers for good,
 // then pins the inviter when it accepted too.
 func (h *Host) joinerConfirm(ctx context.Context, p *pairer, s *pairSession) (api.Peer, error) {

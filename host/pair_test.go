@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"regexp"
@@ -278,13 +279,23 @@ func TestPairDeclined(t *testing.T) {
 			t.Parallel()
 			ctx := pairCtx(t)
 			r := newPairRig(t, "alpha", "beta")
-			token, err := r.inv.StartPairing(0)
-			if err != nil {
-				t.Fatal(err)
-			}
-			inv := runInviter(ctx, r.inv, c.inviterSays, false)
+			// The inviter runs Invite, as a command without a daemon would.
+			inv := make(chan inviterResult, 1)
+			tokens := make(chan string, 1)
+			go func() {
+				var res inviterResult
+				res.peer, res.err = Invite(ctx, r.inv, 0, func(tok string) { tokens <- tok }, func(code string, peer api.Peer) bool {
+					res.code = code
+					if peer.Host != "beta" || peer.Fingerprint != r.join.Key().Fingerprint() {
+						t.Errorf("inviter shown peer %+v", peer)
+					}
+					return c.inviterSays
+				})
+				inv <- res
+			}()
+			token := <-tokens
 			var shown string
-			_, err = Join(ctx, r.join, r.addr, token, func(code string, peer api.Peer) bool {
+			_, err := Join(ctx, r.join, r.addr, token, func(code string, peer api.Peer) bool {
 				shown = code
 				return c.joinerSays
 			})
@@ -822,5 +833,165 @@ func TestPairHelpers(t *testing.T) {
 	}
 	if len(seen) != 50 {
 		t.Errorf("tokens repeat: %d distinct of 50", len(seen))
+	}
+}
+
+// tamperProxy sits between a joiner and the inviter's LAN server and rewrites what passes, as an
+// active attacker on the network would (without the token).
+type tamperProxy struct {
+	target string
+	req    func(path string, body []byte) []byte // nil: pass unchanged
+	resp   func(path string, body []byte) []byte
+}
+
+func (p *tamperProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	body, _ := io.ReadAll(r.Body)
+	if p.req != nil {
+		body = p.req(r.URL.Path, body)
+	}
+	out, err := http.NewRequestWithContext(r.Context(), r.Method, "http://"+p.target+r.URL.Path, bytes.NewReader(body))
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadGateway)
+		return
+	}
+	out.Header = r.Header.Clone()
+	resp, err := http.DefaultClient.Do(out)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadGateway)
+		return
+	}
+	defer resp.Body.Close()
+	answer, _ := io.ReadAll(resp.Body)
+	if p.resp != nil && resp.StatusCode == http.StatusOK {
+		answer = p.resp(r.URL.Path, answer)
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(resp.StatusCode)
+	w.Write(answer)
+}
+
+// rewrite decodes a JSON object, lets f change it, and encodes it again.
+func rewrite(t *testing.T, body []byte, f func(m map[string]any)) []byte {
+	var m map[string]any
+	if err := json.Unmarshal(body, &m); err != nil {
+		t.Errorf("tamper: %v", err)
+		return body
+	}
+	f(m)
+	out, _ := json.Marshal(m)
+	return out
+}
+
+func TestPairTampered(t *testing.T) {
+	proxied := func(t *testing.T, r *pairRig, p *tamperProxy) string {
+		p.target = r.addr
+		srv := httptest.NewServer(p)
+		t.Cleanup(srv.Close)
+		return srv.Listener.Addr().String()
+	}
+	t.Run("joiner's addr or accept MAC changed", func(t *testing.T) {
+		t.Parallel()
+		ctx := pairCtx(t)
+		r := newPairRig(t, "alpha", "beta")
+		token, err := r.inv.StartPairing(0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		via := proxied(t, r, &tamperProxy{req: func(path string, body []byte) []byte {
+			if path != pathPairJoin {
+				return body
+			}
+			return rewrite(t, body, func(m map[string]any) { m["b"].(map[string]any)["addr"] = "10.6.6.6:7373" })
+		}})
+		if _, err := r.join.JoinPairing(ctx, via, token); !errors.Is(err, ErrPairToken) {
+			t.Errorf("join with the addr changed on the way: %v, want ErrPairToken", err)
+		}
+		if st, _ := r.inv.PairingStatus(); st.State != PairWaiting || st.AttemptsLeft != MaxPairAttempts-1 {
+			t.Errorf("inviter status = %+v", st)
+		}
+		via = proxied(t, r, &tamperProxy{resp: func(path string, body []byte) []byte {
+			if path != pathPairJoin {
+				return body
+			}
+			return rewrite(t, body, func(m map[string]any) { m["mac_accept"] = "J_dHW1dThRzZYTWV13RLvLlnN2UcPwzTA196Vxqo_Z4" })
+		}})
+		if _, err := r.join.JoinPairing(ctx, via, token); !errors.Is(err, ErrPairToken) {
+			t.Errorf("join with a forged accept MAC: %v, want ErrPairToken", err)
+		}
+		if st, _ := r.join.PairingStatus(); st.State != PairFailed || st.Code != "" {
+			t.Errorf("joiner status = %+v (no code may be shown)", st)
+		}
+		r.noPins(t)
+	})
+	t.Run("inviter's enc-key ad swapped", func(t *testing.T) {
+		t.Parallel()
+		ctx := pairCtx(t)
+		r := newPairRig(t, "alpha", "beta")
+		token, err := r.inv.StartPairing(0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		f := newFakeJoiner(t, "alpha")
+		ad, sig, _ := mbx.SignEncAdV2("alpha", f.key, f.enc.PublicKey(), r.joinClock.Now(), 0)
+		forged, _ := ad.Publish(sig)
+		via := proxied(t, r, &tamperProxy{resp: func(path string, body []byte) []byte {
+			if path != pathPairJoin {
+				return body
+			}
+			return rewrite(t, body, func(m map[string]any) { m["enc_ad"] = forged })
+		}})
+		if _, err := r.join.JoinPairing(ctx, via, token); !errors.Is(err, ErrPairProtocol) || !errors.Is(err, mbx.ErrBadEncAd) {
+			t.Errorf("join with a swapped enc-key ad: %v, want ErrPairProtocol wrapping an enc-ad refusal", err)
+		}
+		r.noPins(t)
+	})
+	t.Run("inviter's decline turned into done", func(t *testing.T) {
+		t.Parallel()
+		ctx := pairCtx(t)
+		r := newPairRig(t, "alpha", "beta")
+		token, err := r.inv.StartPairing(0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		via := proxied(t, r, &tamperProxy{resp: func(path string, body []byte) []byte {
+			if path != pathPairConfirm {
+				return body
+			}
+			return rewrite(t, body, func(m map[string]any) { m["state"], m["accept"] = "done", true })
+		}})
+		inv := runInviter(ctx, r.inv, false, true)
+		if _, err := r.join.JoinPairing(ctx, via, token); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := r.join.ConfirmPairing(ctx, true); !errors.Is(err, ErrPairProtocol) {
+			t.Errorf("joiner given a forged done: %v, want ErrPairProtocol", err)
+		}
+		if res := <-inv; !errors.Is(res.err, ErrPairDeclined) {
+			t.Errorf("inviter: %v, want ErrPairDeclined", res.err)
+		}
+		r.noPins(t)
+	})
+}
+
+func TestInviteCancelled(t *testing.T) {
+	t.Parallel()
+	r := newPairRig(t, "alpha", "beta")
+	ctx, cancel := context.WithCancel(pairCtx(t))
+	done := make(chan error, 1)
+	go func() {
+		_, err := Invite(ctx, r.inv, 0, func(string) { cancel() }, func(string, api.Peer) bool {
+			t.Error("confirm called without a join")
+			return true
+		})
+		done <- err
+	}()
+	if err := <-done; !errors.Is(err, ErrPairCancelled) {
+		t.Errorf("Invite with ctx cancelled: %v, want ErrPairCancelled", err)
+	}
+	if st, _ := r.inv.PairingStatus(); st.State != PairFailed || !errors.Is(st.Err(), ErrPairCancelled) {
+		t.Errorf("status = %+v", st)
+	}
+	if _, err := r.inv.StartPairing(0); err != nil {
+		t.Errorf("StartPairing after a cancelled session: %v", err)
 	}
 }
