@@ -96,19 +96,21 @@ func (h *Host) PinPeer(p PeerRecord) error {
 	rebind := false
 	err := h.db.Update(func(tx *bbolt.Tx) error {
 		b := tx.Bucket(bucketPeers)
-		var dup error
-		b.ForEach(func(k, v []byte) error {
+		err := b.ForEach(func(k, _ []byte) error {
 			if string(k) == p.Host {
 				return nil
 			}
 			var o PeerRecord
-			if getJSON(b, k, &o); o.HostPubkey == p.HostPubkey {
-				dup = fmt.Errorf("host: pin peer %s: %w (%s)", p.Host, ErrPeerKeyInUse, o.Host)
+			if _, err := getJSON(b, k, &o); err != nil {
+				return err
+			}
+			if o.HostPubkey == p.HostPubkey || slices.Contains(o.RetiredKeys, p.HostPubkey) {
+				return fmt.Errorf("%w (%s)", ErrPeerKeyInUse, o.Host)
 			}
 			return nil
 		})
-		if dup != nil {
-			return dup
+		if err != nil {
+			return err
 		}
 		var old PeerRecord
 		found, err := getJSON(b, []byte(p.Host), &old)

@@ -208,6 +208,14 @@ func (h *Host) expandIncomingTx(tx *bbolt.Tx, to []string) ([]string, error) {
 	return out, nil
 }
 
+// Wake tells the host that mail was stored and receipts queued outside its own calls (the relay
+// inbox, after committing CommitEnvelopeTx or AcceptReceiptTx): waiters look at their mailboxes
+// and the outbox loop runs.
+func (h *Host) Wake() {
+	h.mail.notify()
+	h.kickOutbox()
+}
+
 // ReceiveEnvelope is the whole receive path for one envelope from a pinned peer (the relay inbox
 // runs PrepareEnvelope and CommitEnvelopeTx itself, to commit with its checkpoint): it returns
 // "accepted", "duplicate" or "rejected:<reason>". An error means the store failed and nothing was
