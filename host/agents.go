@@ -104,6 +104,9 @@ func (h *Host) AddAgent(ctx context.Context, a api.Agent) (api.Agent, error) {
 	if err := checkAgentName(a.Name); err != nil {
 		return api.Agent{}, fmt.Errorf("host: add agent: %w", err)
 	}
+	if a.Name == AgentOwner {
+		return api.Agent{}, fmt.Errorf("host: add agent: %w: %q is the owner's mailbox, not an agent", ErrReserved, a.Name)
+	}
 	if a.Role != "" && !validRole(a.Role) {
 		return api.Agent{}, fmt.Errorf("host: add agent: %w: role %q (a-z, 0-9 and -, 2 to 40 characters)", ErrInvalid, a.Role)
 	}

@@ -172,7 +172,7 @@ func TestAgents(t *testing.T) {
 	if ag, _ := a.AddAgent(ctx, api.Agent{Name: "ann", Role: "ops"}); ag.Role != "ops" {
 		t.Fatalf("role update = %+v", ag)
 	}
-	for _, bad := range []api.Agent{{Name: "A"}, {Name: "mbx"}, {Name: "ok-name", Role: "Bad Role"}} {
+	for _, bad := range []api.Agent{{Name: "A"}, {Name: "mbx"}, {Name: "owner"}, {Name: "ok-name", Role: "Bad Role"}} {
 		if _, err := a.AddAgent(ctx, bad); err == nil {
 			t.Errorf("AddAgent(%+v) accepted", bad)
 		}
