@@ -6,6 +6,7 @@ package main
 // on elapsed time.
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -15,6 +16,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"syscall"
@@ -89,11 +91,22 @@ func e2eDir(t *testing.T) string {
 	return dir
 }
 
-// newNode initializes a host named name in a fresh home under dir.
+// newNode initializes a host named name in a fresh home under dir; its daemon will listen on a
+// free port of 127.0.0.1.
 func newNode(t *testing.T, dir, name string) *node {
 	t.Helper()
+	return newNodeAt(t, dir, name, "127.0.0.1:0")
+}
+
+// newNodeAt initializes a host whose configured LAN address is listen; with a fixed port, its
+// daemon and its pairing sessions listen there.
+func newNodeAt(t *testing.T, dir, name, listen string) *node {
+	t.Helper()
 	n := &node{t: t, name: name, home: filepath.Join(dir, name)}
-	n.must("init", "--host", name, "--listen", "127.0.0.1:0")
+	if !strings.HasSuffix(listen, ":0") {
+		n.addr = listen
+	}
+	n.must("init", "--host", name, "--listen", listen)
 	t.Cleanup(func() {
 		if n.d != nil {
 			n.kill()
@@ -524,6 +537,171 @@ func TestE2ECrashAfterSend(t *testing.T) {
 	})
 	// Once more after everything settled: still exactly one copy.
 	b.waitMail("bob", id)
+	a.stop()
+	b.stop()
+}
+
+// freePort returns a loopback address whose port was free a moment ago.
+func freePort(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+// bg is a command running in the background whose output lines the test reads as they come.
+type bg struct {
+	cmd   *exec.Cmd
+	lines chan string
+	out   *syncBuffer
+	errb  *syncBuffer
+	done  chan struct{}
+	err   error
+}
+
+func (n *node) background(args ...string) *bg {
+	n.t.Helper()
+	b := &bg{lines: make(chan string, 100), out: &syncBuffer{}, errb: &syncBuffer{}, done: make(chan struct{})}
+	b.cmd = exec.Command(agentmbxPath(n.t), append(args, "--home", n.home)...)
+	b.cmd.Stderr = b.errb
+	pipe, err := b.cmd.StdoutPipe()
+	if err != nil {
+		n.t.Fatal(err)
+	}
+	if err := b.cmd.Start(); err != nil {
+		n.t.Fatal(err)
+	}
+	go func() {
+		sc := bufio.NewScanner(pipe)
+		for sc.Scan() {
+			b.out.Write([]byte(sc.Text() + "\n"))
+			b.lines <- sc.Text()
+		}
+		close(b.lines)
+		b.err = b.cmd.Wait()
+		close(b.done)
+	}()
+	n.t.Cleanup(func() {
+		b.cmd.Process.Kill()
+		<-b.done
+	})
+	return b
+}
+
+// waitLine returns the first line matching re (its submatches), failing when the command ends
+// or e2eWait passes first.
+func (b *bg) waitLine(t *testing.T, re string) []string {
+	t.Helper()
+	rx := regexp.MustCompile(re)
+	timeout := time.After(e2eWait)
+	for {
+		select {
+		case line, ok := <-b.lines:
+			if !ok {
+				<-b.done
+				t.Fatalf("%v ended (%v) before printing %q\nstdout:\n%s\nstderr:\n%s", b.cmd.Args, b.err, re, b.out.String(), b.errb.String())
+			}
+			if m := rx.FindStringSubmatch(line); m != nil {
+				return m
+			}
+		case <-timeout:
+			t.Fatalf("%v did not print %q\nstdout:\n%s\nstderr:\n%s", b.cmd.Args, re, b.out.String(), b.errb.String())
+		}
+	}
+}
+
+// wait waits for the command to end and returns its exit error.
+func (b *bg) wait(t *testing.T) error {
+	t.Helper()
+	go func() {
+		for range b.lines {
+		}
+	}()
+	select {
+	case <-b.done:
+		return b.err
+	case <-time.After(e2eWait):
+		t.Fatalf("%v did not end\nstdout:\n%s\nstderr:\n%s", b.cmd.Args, b.out.String(), b.errb.String())
+		return nil
+	}
+}
+
+// TestE2EPairJoin pairs two hosts with pair and join (no daemons: pair serves the LAN itself),
+// then runs their daemons and sends mail both ways.
+func TestE2EPairJoin(t *testing.T) {
+	if testing.Short() {
+		t.Skip("end-to-end test")
+	}
+	dir := e2eDir(t)
+	a := newNodeAt(t, dir, "alpha", freePort(t))
+	b := newNodeAt(t, dir, "beta", freePort(t))
+
+	// Without a terminal and without --yes, both fail at once: nothing waits on stdin.
+	for _, args := range [][]string{{"pair"}, {"join", a.addr, "ABCD-EFGH-JKMN"}} {
+		r := a.run(args...)
+		if r.code != 1 || !strings.Contains(r.stderr, "not a terminal") || !strings.Contains(r.stderr, "hint: ") {
+			t.Fatalf("%v without a terminal: exit %d, stderr %q; want 1 with a hint", args, r.code, r.stderr)
+		}
+	}
+
+	p := a.background("pair", "--yes", "--ttl", "5m")
+	m := p.waitLine(t, `^  agentmbx join (\S+) (\S+)$`)
+	addr, token := m[1], m[2]
+	if addr != a.addr {
+		t.Fatalf("pair says to join %s, want %s", addr, a.addr)
+	}
+
+	// A wrong token pins nothing, and the session keeps waiting for the right one.
+	if r := b.run("join", addr, "ZZZZ-ZZZZ-ZZZZ", "--yes"); r.code == 0 {
+		t.Fatalf("join with a wrong token succeeded: %s", r.stdout)
+	}
+	var peers []api.Peer
+	b.mustJSON(&peers, "peers")
+	if len(peers) != 0 {
+		t.Fatalf("beta pinned %+v after a wrong token", peers)
+	}
+
+	out := b.must("join", addr, token, "--yes")
+	joinCode := regexp.MustCompile(`(?m)^code: (\d{6})$`).FindStringSubmatch(out)
+	if joinCode == nil || !strings.Contains(out, "pinned alpha (") {
+		t.Fatalf("join printed %q, want the code and the pin", out)
+	}
+	pairCode := p.waitLine(t, `^code: (\d{6})$`)
+	p.waitLine(t, `^pinned beta \(`)
+	if err := p.wait(t); err != nil {
+		t.Fatalf("pair: %v\n%s", err, p.errb.String())
+	}
+	if pairCode[1] != joinCode[1] {
+		t.Fatalf("codes differ: pair shows %s, join %s", pairCode[1], joinCode[1])
+	}
+
+	a.mustJSON(&peers, "peers")
+	if len(peers) != 1 || peers[0].Host != "beta" || peers[0].Addr != b.addr {
+		t.Fatalf("alpha's peers = %+v, want beta at %s", peers, b.addr)
+	}
+	b.mustJSON(&peers, "peers")
+	if len(peers) != 1 || peers[0].Host != "alpha" || peers[0].Addr != a.addr {
+		t.Fatalf("beta's peers = %+v, want alpha at %s", peers, a.addr)
+	}
+
+	// The token worked once.
+	if r := b.run("join", addr, token, "--yes"); r.code == 0 {
+		t.Fatalf("a second join with the same token succeeded")
+	}
+
+	a.must("agents", "add", "alice")
+	b.must("agents", "add", "bob")
+	a.start()
+	b.start()
+	id := a.send("alice", "bob@beta", "paired", "over the LAN")
+	b.waitMail("bob", id)
+	id2 := b.send("bob", "alice@alpha", "re: paired", "and back")
+	a.waitMail("alice", id2)
+	a.waitSent(id, "delivered", "bob@beta")
+	b.waitSent(id2, "delivered", "alice@alpha")
 	a.stop()
 	b.stop()
 }

@@ -161,7 +161,7 @@ func confirm(cmd *cobra.Command, yes, stdinUsed bool, question, yesHint string) 
 		return nil
 	}
 	f, ok := cmd.InOrStdin().(*os.File)
-	if stdinUsed || !ok || !(isatty.IsTerminal(f.Fd()) || isatty.IsCygwinTerminal(f.Fd())) {
+	if stdinUsed || !ok || !isTerminal(f) {
 		return hint(errNoTerminal, "%s", yesHint)
 	}
 	fmt.Fprintf(cmd.ErrOrStderr(), "%s [y/N] ", question)
@@ -174,6 +174,11 @@ func confirm(cmd *cobra.Command, yes, stdinUsed bool, question, yesHint string) 
 		return nil
 	}
 	return errDeclined
+}
+
+// isTerminal reports whether f is a terminal.
+func isTerminal(f *os.File) bool {
+	return isatty.IsTerminal(f.Fd()) || isatty.IsCygwinTerminal(f.Fd())
 }
 
 // hinted is an error with a hint line for a person (printErr prints it).

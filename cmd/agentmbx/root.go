@@ -46,6 +46,7 @@ func newRootCmd() *cobra.Command {
 	root.AddCommand(newSendCmd(), newInboxCmd(), newReadCmd(), newAckCmd())
 	root.AddCommand(newSentCmd(), newOutboxCmd())
 	root.AddCommand(newAgentsCmd(), newPeersCmd())
+	root.AddCommand(newPairCmd(), newJoinCmd())
 	return root
 }
 
