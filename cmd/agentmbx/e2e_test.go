@@ -70,6 +70,17 @@ func (s *syncBuffer) String() string {
 	return s.b.String()
 }
 
+// childEnv is the environment of a child agentmbx: this one, with extra, and without the second
+// a race-enabled binary sleeps at every exit.
+func childEnv(extra ...string) []string {
+	env := append(os.Environ(), extra...)
+	gorace := "atexit_sleep_ms=0"
+	if v := os.Getenv("GORACE"); v != "" {
+		gorace = v + " " + gorace
+	}
+	return append(env, "GORACE="+gorace)
+}
+
 func agentmbxPath(t *testing.T) string {
 	t.Helper()
 	p, err := exec.LookPath("agentmbx")
@@ -130,7 +141,7 @@ func (n *node) runIn(stdin string, args ...string) result {
 	ctx, cancel := context.WithTimeout(context.Background(), e2eCmd)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, agentmbxPath(n.t), append(args, "--home", n.home)...)
-	cmd.Env = append(os.Environ(), "MBX_HOME=/nonexistent/must-use-flag")
+	cmd.Env = childEnv("MBX_HOME=/nonexistent/must-use-flag")
 	cmd.Stdin = strings.NewReader(stdin)
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
@@ -190,6 +201,7 @@ func (n *node) start() {
 	os.Remove(addrFile)
 	d := &daemonProc{done: make(chan struct{}), log: &syncBuffer{}}
 	d.cmd = exec.Command(agentmbxPath(n.t), "daemon", "--home", n.home, "--listen", listen, "--tick", e2eTick, "--addr-file", addrFile)
+	d.cmd.Env = childEnv()
 	d.cmd.Stdout, d.cmd.Stderr = d.log, d.log
 	if err := d.cmd.Start(); err != nil {
 		n.t.Fatalf("%s: start daemon: %v", n.name, err)
@@ -566,6 +578,7 @@ func (n *node) background(args ...string) *bg {
 	n.t.Helper()
 	b := &bg{lines: make(chan string, 100), out: &syncBuffer{}, errb: &syncBuffer{}, done: make(chan struct{})}
 	b.cmd = exec.Command(agentmbxPath(n.t), append(args, "--home", n.home)...)
+	b.cmd.Env = childEnv()
 	b.cmd.Stderr = b.errb
 	pipe, err := b.cmd.StdoutPipe()
 	if err != nil {
