@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/agentmbx/agentmbx/api"
+	"github.com/agentmbx/agentmbx/mbx"
 	"github.com/agentmbx/agentmbx/outbox"
 )
 
@@ -234,5 +235,25 @@ func TestReceiptsSettleStates(t *testing.T) {
 	}
 	if r := a.row(res.ID, "beta"); r.State != outbox.StateDone {
 		t.Errorf("row = %s, want done", r.State)
+	}
+}
+
+func TestLargestBodyCrossesTheLAN(t *testing.T) {
+	clock := newClock()
+	a, b := newTestHost(t, "alpha", clock), newTestHost(t, "beta", clock)
+	pairAll(t, a, b)
+	body := strings.Repeat("0123456789abcdef", mbx.MaxBody/16)
+	// Two of them: each fits a request alone, so the pass sends two batches.
+	r1 := a.send("alice", []string{"bob@beta"}, "big one", body)
+	r2 := a.send("alice", []string{"bob@beta"}, "big two", body)
+	settle(t, a, b)
+	for _, id := range []string{r1.ID, r2.ID} {
+		if r := a.row(id, "beta"); r.State != outbox.StateDone {
+			t.Fatalf("row %s = %s (%s), want done", id, r.State, r.LastError)
+		}
+	}
+	got := b.inbox("bob", true)
+	if len(got) != 2 || got[0].Body != body || got[1].Body != body {
+		t.Fatalf("bob got %d messages (or a changed body)", len(got))
 	}
 }
