@@ -147,3 +147,6 @@ func (h *Host) Status(ctx context.Context) (api.Status, error) {
 	}
 	return st, nil
 }
+
+// Host implements api.Service on its store.
+var _ api.Service = (*Host)(nil)
