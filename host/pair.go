@@ -14,6 +14,7 @@ import (
 	"weak"
 
 	"github.com/agentmbx/agentmbx/api"
+	"github.com/agentmbx/agentmbx/client"
 	"github.com/agentmbx/agentmbx/mbx"
 )
 
@@ -213,6 +214,9 @@ type pairSession struct {
 
 	mine, theirs pairDecision
 }
+
+// *Host serves LAN pairing over the control socket (client.WithPairing).
+var _ client.Pairer[PairingState] = (*Host)(nil)
 
 // pairer holds a host's pairing session. Every field is guarded by mu; changed is closed (and
 // replaced) at every change of the session, waking WaitPairing, ConfirmPairing and held confirm
@@ -559,6 +563,9 @@ func (h *Host) JoinPairing(ctx context.Context, addr, token string) (PairingStat
 	p.mu.Unlock()
 
 	fail := func(err error) (PairingState, error) {
+		if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
+			err = fmt.Errorf("%w: %w", ErrPairCancelled, err)
+		}
 		p.mu.Lock()
 		defer p.mu.Unlock()
 		state := PairFailed

@@ -995,3 +995,29 @@ func TestInviteCancelled(t *testing.T) {
 		t.Errorf("StartPairing after a cancelled session: %v", err)
 	}
 }
+
+func TestJoinCancelled(t *testing.T) {
+	t.Parallel()
+	clock := newPairTestClock()
+	b, _ := pairTestHost(t, "beta", clock)
+	// An inviter that never answers: the join ends with its ctx, as a cancelled session.
+	stuck := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { <-r.Context().Done() }))
+	t.Cleanup(stuck.Close)
+	ctx, cancel := context.WithCancel(pairCtx(t))
+	go func() {
+		st, _ := b.WaitPairing(ctx, PairNone)
+		if st.State == PairJoining {
+			cancel()
+		}
+	}()
+	if _, err := b.JoinPairing(ctx, stuck.Listener.Addr().String(), "0000-0000-0000"); !errors.Is(err, ErrPairCancelled) {
+		t.Errorf("JoinPairing with ctx cancelled: %v, want ErrPairCancelled", err)
+	}
+	if st, _ := b.PairingStatus(); st.State != PairFailed || !errors.Is(st.Err(), ErrPairCancelled) {
+		t.Errorf("status = %+v", st)
+	}
+	cancel()
+	if ps, _ := b.PeerRecords(); len(ps) != 0 {
+		t.Errorf("pinned %+v", ps)
+	}
+}
