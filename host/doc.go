@@ -51,7 +51,8 @@
 // by the current or a retired key, opening with the current then the retired enc keys) and
 // committed (CommitEnvelopeTx: dedup by message id, local expansion, mailbox copies, dedup mark,
 // delivered receipts queued) in one transaction, and answered accepted, duplicate or
-// rejected:<reason>. The relay inbox reuses both functions inside its own transaction.
+// rejected:<reason>. The relay inbox reuses both functions inside its own transaction (and
+// AcceptReceiptTx for receipt items), then calls Wake.
 //
 // # Delivery states and receipts
 //

@@ -30,6 +30,8 @@ const (
 	sweepLimit = 500
 	// PruneAfter is how long ended outbox rows are kept (for `sent` and `outbox`).
 	PruneAfter = 30 * 24 * time.Hour
+	// minSweepEvery is the least time between two sweeps (each is a write transaction).
+	minSweepEvery = 30 * time.Second
 )
 
 // transportFor picks the transport of a row. Only the LAN exists for now; the relay issue adds
@@ -258,7 +260,7 @@ func (h *Host) runOutbox(ctx context.Context, tick time.Duration) {
 		if _, err := h.pass(ctx, false); err != nil && ctx.Err() == nil {
 			h.log.Error("outbox pass", "err", err)
 		}
-		if now := time.Now(); now.Sub(lastSweep) >= tick {
+		if now := time.Now(); now.Sub(lastSweep) >= max(tick, minSweepEvery) {
 			lastSweep = now
 			if _, err := h.sweep(ctx); err != nil && ctx.Err() == nil {
 				h.log.Error("outbox sweep", "err", err)
