@@ -1,6 +1,7 @@
 package main
 
 import (
+	"log/slog"
 	"os"
 	"os/signal"
 	"syscall"
@@ -13,8 +14,8 @@ import (
 
 func newDaemonCmd() *cobra.Command {
 	var (
-		home, listen, addrFile string
-		tick                   time.Duration
+		home, listen, addrFile, logLevel string
+		tick                             time.Duration
 	)
 	cmd := &cobra.Command{
 		Use:   "daemon [--listen ADDR] [--tick DURATION] [--addr-file FILE]",
@@ -35,10 +36,16 @@ one); --addr-file writes the bound address there once the daemon serves, for scr
 			if tick < 0 {
 				return usageErr("give a positive duration like 1s", "daemon: negative --tick")
 			}
+			var level slog.Level
+			if err := level.UnmarshalText([]byte(logLevel)); err != nil {
+				return usageErr("one of debug, info, warn, error", "daemon: bad --log-level %q", logLevel)
+			}
+			logger := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: level}))
 			// The daemon stops on SIGTERM and Ctrl-C whoever runs it.
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
-			err = host.RunDaemon(ctx, dir, host.DaemonOptions{Listen: listen, Tick: tick, AddrFile: addrFile})
+			err = host.RunDaemon(ctx, dir, host.DaemonOptions{Listen: listen, Tick: tick, AddrFile: addrFile,
+				Options: &host.Options{Logger: logger}})
 			return explain(err)
 		},
 	}
@@ -46,5 +53,6 @@ one); --addr-file writes the bound address there once the daemon serves, for scr
 	cmd.Flags().StringVar(&listen, "listen", "", "LAN listen address (default: the one given at init, else "+host.DefaultListen+")")
 	cmd.Flags().DurationVar(&tick, "tick", 0, "how often the delivery loops look for due work (default: the host's)")
 	cmd.Flags().StringVar(&addrFile, "addr-file", "", "write the bound LAN address to this file once serving")
+	cmd.Flags().StringVar(&logLevel, "log-level", "info", "log level on standard error: debug, info, warn or error")
 	return cmd
 }
