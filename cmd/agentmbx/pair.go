@@ -222,6 +222,10 @@ same 6-digit code: compare them and confirm on both sides.`,
 			return withConn(cmd, home, func(ctx context.Context, c *conn) error {
 				p := c.pairing()
 				st, err := p.join(ctx, args[0], args[1])
+				var opErr *net.OpError
+				if errors.As(err, &opErr) {
+					return hint(err, "nothing answers at %s: is `agentmbx pair` still waiting there, and is this the address it printed?", args[0])
+				}
 				if err != nil {
 					return err
 				}
