@@ -39,8 +39,8 @@ var _ api.Service = (*Client)(nil)
 func SocketPath(home string) string { return filepath.Join(home, api.SocketName) }
 
 // Dial connects to the daemon of the host home. It returns an error wrapping ErrNoDaemon when
-// nothing listens there (no socket file, or one left by a daemon that is gone). Dial checks that a
-// daemon answers; it keeps no connection open.
+// nothing listens there (no socket file, or one left by a daemon that is gone). Dial connects
+// once to check that something listens; it keeps no connection open.
 func Dial(ctx context.Context, home string) (*Client, error) {
 	sock := SocketPath(home)
 	if len(sock) > maxSocketPath {

@@ -42,8 +42,17 @@
 // and, often, a hint for a person. errors.Is matches it against this package's sentinels by code:
 // ErrBadRequest, ErrNotFound, ErrConflict, ErrRefused, ErrTooLarge, ErrUnavailable, ErrTimeout,
 // ErrInternal. A service implementation classifies its errors for the wire by wrapping those
-// sentinels or by implementing Coder; CodeOf is the mapping, and the codes, sentinels and HTTP
-// statuses are kept side by side in errors.go.
+// sentinels, by implementing Coder on its errors, or by implementing ErrorCoder on the service;
+// CodeOf is the default mapping, and the codes, sentinels and HTTP statuses are kept side by side
+// in errors.go.
+//
+// # Pairing
+//
+// While a daemon runs it holds the store, so LAN pairing runs in the daemon: a handler made with
+// WithPairing serves the pairing routes, and the Client's StartPairing, PairingStatus,
+// JoinPairing, ConfirmPairing and CancelPairing drive them (this is what `agentmbx pair` and
+// `agentmbx join` do when a daemon runs). The session state travels as the service's own JSON
+// (host.PairingState).
 //
 // # The wire
 //
