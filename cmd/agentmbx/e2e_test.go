@@ -404,6 +404,14 @@ func TestE2ETwoHosts(t *testing.T) {
 	checkModes(t, a.home)
 	pinCards(t, a, b)
 
+	// Commands go through the daemon; a second daemon on the same home is refused.
+	if out := a.must("id"); !regexp.MustCompile(`(?m)^daemon: +running$`).MatchString(out) {
+		t.Errorf("id with the daemon running says:\n%s", out)
+	}
+	if r := a.run("daemon", "--listen", "127.0.0.1:0"); r.code != 1 || !strings.Contains(r.stderr, "locked") {
+		t.Errorf("a second daemon: exit %d, stderr %q; want 1 and locked", r.code, r.stderr)
+	}
+
 	var peers []api.Peer
 	a.mustJSON(&peers, "peers")
 	if len(peers) != 1 || peers[0].Host != "beta" || peers[0].Addr != b.addr {
