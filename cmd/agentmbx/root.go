@@ -47,6 +47,7 @@ func newRootCmd() *cobra.Command {
 	root.AddCommand(newSentCmd(), newOutboxCmd())
 	root.AddCommand(newAgentsCmd(), newPeersCmd())
 	root.AddCommand(newPairCmd(), newJoinCmd())
+	root.AddCommand(newRelayCmd())
 	return root
 }
 
