@@ -418,8 +418,24 @@ func TestE2ETwoHosts(t *testing.T) {
 		t.Fatalf("alpha's peers = %+v, want beta at %s", peers, b.addr)
 	}
 
-	// alpha → beta, then the receipts of read and ack settle the sender's view.
+	// alpha → beta, then the receipts of read and ack settle the sender's view. bob is already
+	// waiting for it.
+	waiting := b.background("inbox", "--as", "bob", "--wait", "80s", "--json")
+	// Give the long poll a moment to park, so the send usually wakes it; if the send wins the
+	// race, the poll finds the message unread at once, and the test holds either way.
+	select {
+	case <-waiting.done:
+		t.Fatalf("inbox --wait ended early: %v\n%s\n%s", waiting.err, waiting.out.String(), waiting.errb.String())
+	case <-time.After(300 * time.Millisecond):
+	}
 	id := a.send("alice", "bob@beta", "hello beta", "first message")
+	if err := waiting.wait(t); err != nil {
+		t.Fatalf("inbox --wait: %v\n%s", err, waiting.errb.String())
+	}
+	var woke []api.Message
+	if err := json.Unmarshal([]byte(waiting.out.String()), &woke); err != nil || len(woke) != 1 || woke[0].ID != id {
+		t.Fatalf("inbox --wait printed %s (%v), want message %s", waiting.out.String(), err, id)
+	}
 	m := b.waitMail("bob", id)
 	if m.From != "alice@alpha" || m.Body != "first message" || m.Subject != "hello beta" {
 		t.Fatalf("beta got %+v", m)

@@ -2,26 +2,48 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/agentmbx/agentmbx/api"
+	"github.com/agentmbx/agentmbx/client"
 )
 
 func newInboxCmd() *cobra.Command {
 	var (
 		home, as    string
 		all, asJSON bool
+		wait        time.Duration
 	)
 	cmd := &cobra.Command{
-		Use:   "inbox --as AGENT [--all] [--json]",
+		Use:   "inbox --as AGENT [--all] [--wait DURATION] [--json]",
 		Short: "List an agent's mail: unread by default, everything with --all",
-		Args:  cobra.NoArgs,
+		Long: `List an agent's mail: unread by default, everything with --all. With --wait, when there is
+no unread mail, wait up to that long for some to arrive (this needs the daemon running).`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if wait < 0 || wait > client.MaxWait {
+				return usageErr(fmt.Sprintf("a duration up to %s", client.MaxWait), "inbox: bad --wait %s", wait)
+			}
+			if wait > 0 && all {
+				return usageErr("--wait waits for unread mail; drop --all", "inbox: --wait with --all")
+			}
 			return withConn(cmd, home, func(ctx context.Context, c *conn) error {
-				msgs, err := c.Inbox(ctx, as, all)
+				var msgs []api.Message
+				var err error
+				switch {
+				case wait > 0 && c.daemon == nil:
+					// Waiting on the store would keep it locked, so no mail could arrive.
+					return hint(errors.New("inbox: --wait needs the daemon running"), "start it with `agentmbx daemon`")
+				case wait > 0:
+					msgs, err = c.Wait(ctx, as, wait)
+				default:
+					msgs, err = c.Inbox(ctx, as, all)
+				}
 				if err != nil {
 					return err
 				}
@@ -50,6 +72,7 @@ func newInboxCmd() *cobra.Command {
 	addHomeFlag(cmd, &home)
 	cmd.Flags().StringVar(&as, "as", "", "the local agent whose mail to list")
 	cmd.Flags().BoolVar(&all, "all", false, "list read and acknowledged mail too")
+	cmd.Flags().DurationVar(&wait, "wait", 0, "wait up to this long for unread mail (needs the daemon)")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the messages as a JSON array")
 	cmd.MarkFlagRequired("as")
 	return cmd
