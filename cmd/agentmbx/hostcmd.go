@@ -37,7 +37,6 @@ func addHomeFlag(cmd *cobra.Command, home *string) {
 // store opened by this process. Either way it is an api.Service.
 type conn struct {
 	api.Service
-	home   string
 	daemon *client.Client // set when the daemon answers
 	host   *host.Host     // set when the store is open here
 }
@@ -52,14 +51,14 @@ func openHost(ctx context.Context, cmd *cobra.Command, homeFlag string) (*conn, 
 	for {
 		c, err := client.Dial(ctx, home)
 		if err == nil {
-			return &conn{Service: c, home: home, daemon: c}, nil
+			return &conn{Service: c, daemon: c}, nil
 		}
 		if !errors.Is(err, client.ErrNoDaemon) {
 			return nil, err
 		}
 		h, err := host.Open(home, &host.Options{Logger: cliLogger(cmd)})
 		if err == nil {
-			return &conn{Service: h, home: home, host: h}, nil
+			return &conn{Service: h, host: h}, nil
 		}
 		if !errors.Is(err, host.ErrLocked) || time.Now().After(deadline) {
 			return nil, explain(err)
