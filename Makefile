@@ -14,7 +14,7 @@ fmt:
 	if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 
 test: fmt vet
-	$(GO) test -race -count=1 -timeout 20m ./...
+	GORACE=atexit_sleep_ms=0 $(GO) test -race -count=1 -timeout 20m ./...
 
 # Each fuzz target for a short time ($(FUZZTIME)).
 fuzz:
