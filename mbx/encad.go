@@ -136,7 +136,7 @@ func checkEncAdTree(m map[string]any, sig string, expect EncAdPeer, now time.Tim
 	a.Exp, okE = getString(m, "exp")
 	a.EncPub, okK = getString(m, "enc_pub")
 	if !isNumber(m, "v", 2) || !okT || a.Type != "enc-ad" || !okH || !okP || !okI || !okE || !okK || !isKey32(a.EncPub) ||
-		jsLen(a.Host) > maxRecordHostLen || jsLen(a.IAT) > maxRecordTimeLen || jsLen(a.Exp) > maxRecordTimeLen {
+		utf16Len(a.Host) > maxRecordHostLen || utf16Len(a.IAT) > maxRecordTimeLen || utf16Len(a.Exp) > maxRecordTimeLen {
 		return EncAd{}, ErrEncAdMalformed
 	}
 	if a.HostPubkey != expect.HostPubkey || (expect.Host != "" && a.Host != expect.Host) {

@@ -134,7 +134,7 @@ func (r ReceiptRecord) Validate() error {
 		return bad("v must be 1")
 	case r.Type != "receipt":
 		return bad(`type must be "receipt"`)
-	case jsLen(r.Msg) < 10 || jsLen(r.Msg) > 40:
+	case utf16Len(r.Msg) < 10 || utf16Len(r.Msg) > 40:
 		return bad("msg must have 10 to 40 characters")
 	case !validRecipient(r.Recipient):
 		return bad("recipient must be name@host")
@@ -142,9 +142,9 @@ func (r ReceiptRecord) Validate() error {
 		return bad("unknown state")
 	case !recISORE.MatchString(r.At):
 		return bad("at must be an ISO-8601 UTC time")
-	case r.Note != nil && jsLen(*r.Note) > ReceiptNoteMax:
+	case r.Note != nil && utf16Len(*r.Note) > ReceiptNoteMax:
 		return bad("note over 500 characters")
-	case r.Did != nil && jsLen(*r.Did) > ReceiptDidMax:
+	case r.Did != nil && utf16Len(*r.Did) > ReceiptDidMax:
 		return bad("did over 200 characters")
 	case r.Seq <= 0 || r.Seq > maxSafeInteger:
 		return bad("seq must be a positive integer")
@@ -153,7 +153,7 @@ func (r ReceiptRecord) Validate() error {
 }
 
 func validRecipient(a string) bool {
-	if jsLen(a) > maxReceiptRecipientLen {
+	if utf16Len(a) > maxReceiptRecipientLen {
 		return false
 	}
 	parts := strings.Split(a, "@")
@@ -180,11 +180,11 @@ type ReceiptInput struct {
 func SignReceipt(k SigningKey, host string, in ReceiptInput) (SignedReceipt, error) {
 	rec := ReceiptRecord{V: 1, Type: "receipt", Msg: in.Msg, Recipient: in.Agent + "@" + host, State: in.State, At: in.At, Seq: in.Seq}
 	if in.Note != "" {
-		n := jsCut(in.Note, ReceiptNoteMax)
+		n := cutUTF16(in.Note, ReceiptNoteMax)
 		rec.Note = &n
 	}
 	if in.State == ReceiptAcked && in.Did != "" {
-		d := jsCut(in.Did, ReceiptDidMax)
+		d := cutUTF16(in.Did, ReceiptDidMax)
 		rec.Did = &d
 	}
 	if err := rec.Validate(); err != nil {
@@ -293,7 +293,7 @@ func parseSignedReceipt(v any) (SignedReceipt, error) {
 		return SignedReceipt{}, err
 	}
 	sig, ok := getString(m, "sig")
-	if !ok || jsLen(sig) > maxReceiptSigLen {
+	if !ok || utf16Len(sig) > maxReceiptSigLen {
 		return SignedReceipt{}, fmt.Errorf("%w: sig must be a short string", ErrReceiptInvalid)
 	}
 	return SignedReceipt{Rec: rec, Sig: sig}, nil

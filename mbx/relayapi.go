@@ -5,7 +5,6 @@ import (
 	"math"
 	"strconv"
 	"time"
-	"unicode/utf16"
 )
 
 // Default limits of a 0.5.x relay. A relay announces its own values in GET /v2/relay/info.
@@ -204,34 +203,6 @@ func getSafeInt(m map[string]any, key string) (int64, bool) {
 		return 0, false
 	}
 	return int64(f), true
-}
-
-// jsLen is the length of s in UTF-16 code units, as JavaScript's String.length counts.
-func jsLen(s string) int {
-	n := 0
-	for _, r := range s {
-		if r >= 0x10000 {
-			n += 2
-		} else {
-			n++
-		}
-	}
-	return n
-}
-
-// jsCut returns s cut to at most n UTF-16 code units, as s.slice(0, n) would, except that it never
-// splits a surrogate pair: where slice would leave a lone high surrogate (which has no UTF-8 form),
-// the whole character is dropped.
-func jsCut(s string, n int) string {
-	units := 0
-	for i, r := range s {
-		w := len(utf16.Encode([]rune{r}))
-		if units+w > n {
-			return s[:i]
-		}
-		units += w
-	}
-	return s
 }
 
 // parseTime parses an ISO-8601 time as the original's Date.parse does for the forms it writes.

@@ -85,11 +85,11 @@ func TestJSLenAndCut(t *testing.T) {
 		{"🚀", 0, 2, ""},
 		{"", 5, 0, ""},
 	} {
-		if got := jsLen(c.in); got != c.wantLen {
-			t.Errorf("jsLen(%q): got %d, want %d", c.in, got, c.wantLen)
+		if got := utf16Len(c.in); got != c.wantLen {
+			t.Errorf("utf16Len(%q): got %d, want %d", c.in, got, c.wantLen)
 		}
-		if got := jsCut(c.in, c.n); got != c.wantCut {
-			t.Errorf("jsCut(%q, %d): got %q, want %q", c.in, c.n, got, c.wantCut)
+		if got := cutUTF16(c.in, c.n); got != c.wantCut {
+			t.Errorf("cutUTF16(%q, %d): got %q, want %q", c.in, c.n, got, c.wantCut)
 		}
 	}
 }
