@@ -13,7 +13,7 @@ import (
 
 	"github.com/agentmbx/agentmbx/quarantine"
 	"github.com/agentmbx/agentmbx/relayclient"
-	"github.com/agentmbx/agentmbx/relayserver/failpoint"
+	"github.com/agentmbx/agentmbx/internal/failpoint"
 )
 
 // Crash tests: the test binary runs itself as a child receiver (TestCrashChild) with a failpoint

@@ -19,7 +19,7 @@ import (
 
 	"github.com/agentmbx/agentmbx/mbx"
 	"github.com/agentmbx/agentmbx/relayserver"
-	"github.com/agentmbx/agentmbx/relayserver/failpoint"
+	"github.com/agentmbx/agentmbx/internal/failpoint"
 	"github.com/agentmbx/agentmbx/relayserver/sqlitestore"
 )
 

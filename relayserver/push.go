@@ -9,7 +9,7 @@ import (
 	"unicode/utf16"
 
 	"github.com/agentmbx/agentmbx/mbx"
-	"github.com/agentmbx/agentmbx/relayserver/failpoint"
+	"github.com/agentmbx/agentmbx/internal/failpoint"
 )
 
 // Rejection codes of pushed items ("rejected:<code>").

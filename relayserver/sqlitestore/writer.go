@@ -8,7 +8,7 @@ import (
 	"sync"
 
 	"github.com/agentmbx/agentmbx/relayserver"
-	"github.com/agentmbx/agentmbx/relayserver/failpoint"
+	"github.com/agentmbx/agentmbx/internal/failpoint"
 )
 
 // Failpoints of the writer (see package failpoint).
