@@ -8,43 +8,6 @@ import (
 	"github.com/agentmbx/agentmbx/mbx"
 )
 
-// FuzzParseAddress: whatever parseAddress accepts it can write back as it was given.
-func FuzzParseAddress(f *testing.F) {
-	for _, s := range []string{"bob@beta", "bob", "role:dev", "*", "owner", "owner@beta", "role:", "@beta", "bob@", "a@b@c", "Bob", "bo b"} {
-		f.Add(s)
-	}
-	f.Fuzz(func(t *testing.T, s string) {
-		a, err := parseAddress(s)
-		if err != nil {
-			return
-		}
-		var back string
-		switch a.kind {
-		case addrAll:
-			back = "*"
-		case addrOwner:
-			back = AgentOwner
-		case addrRole:
-			back = "role:" + a.name
-			if !validRole(a.name) {
-				t.Fatalf("%q: accepted a bad role %q", s, a.name)
-			}
-		case addrBare:
-			back = a.name
-		case addrAgent:
-			back = a.name + "@" + a.host
-			if !ValidHostName(a.host) {
-				t.Fatalf("%q: accepted a bad host %q", s, a.host)
-			}
-		default:
-			t.Fatalf("%q: unknown kind %d", s, a.kind)
-		}
-		if back != s {
-			t.Fatalf("%q reads back as %q", s, back)
-		}
-	})
-}
-
 // FuzzReceiveEnvelope: any bytes from a paired peer are answered accepted, duplicate or
 // rejected:<reason>, never with a panic or a store error, and only an accepted envelope leaves
 // anything in the mailbox.

@@ -163,6 +163,8 @@ func (h *Host) CommitEnvelopeTx(tx *bbolt.Tx, in *Incoming) (string, error) {
 // name@thishost (registered on first use; owner@thishost is the owner), bare names of existing
 // local agents, role:<role> (the local agents with that role) and * (every local agent). Addresses
 // of other hosts and the sender's own "owner" are not ours. The result is sorted and unique.
+// (mbx.LocalRecipients differs on purpose: it would deliver "owner" here and take bare names of
+// agents this host does not have.)
 func (h *Host) expandIncomingTx(tx *bbolt.Tx, to []string) ([]string, error) {
 	agents, err := agentsTx(tx)
 	if err != nil {
@@ -175,32 +177,32 @@ func (h *Host) expandIncomingTx(tx *bbolt.Tx, to []string) ([]string, error) {
 		}
 	}
 	for _, raw := range to {
-		a, err := parseAddress(raw)
+		a, err := mbx.ParseAddress(raw)
 		if err != nil {
 			continue // the shape check passed it; an address we cannot read is not ours
 		}
-		switch a.kind {
-		case addrAgent:
-			if a.host == h.name && a.name != AgentMBX {
-				add(a.name)
+		switch a.Kind {
+		case mbx.AddrAgent:
+			if a.Host == h.name && a.Name != AgentMBX {
+				add(a.Name)
 			}
-		case addrBare:
+		case mbx.AddrName:
 			for _, ag := range agents {
-				if ag.Name == a.name {
-					add(a.name)
+				if ag.Name == a.Name {
+					add(a.Name)
 				}
 			}
-		case addrRole:
+		case mbx.AddrRole:
 			for _, ag := range agents {
-				if ag.Role == a.name {
+				if ag.Role == a.Role {
 					add(ag.Name)
 				}
 			}
-		case addrAll:
+		case mbx.AddrBroadcast:
 			for _, ag := range agents {
 				add(ag.Name)
 			}
-		case addrOwner:
+		case mbx.AddrOwner:
 			// the sender's own owner: delivered on the sending host
 		}
 	}

@@ -35,10 +35,13 @@ type route struct {
 	named map[string][]string // host → agents addressed as name@host
 }
 
-// routeAddresses expands the addresses of a message from agent from: name@thishost and owner are
-// local; name@peer goes to that peer; a bare name goes to the local agent of that name and to every
-// peer; role:<role> to the local agents with the role (not the sender) and every peer; * to every
-// local agent but the sender and every peer. An address of a host that is not a peer is an error.
+// routeAddresses expands the addresses of a message from agent from (read with mbx.ParseAddress):
+// name@thishost and owner are local; name@peer goes to that peer; a bare name goes to the local
+// agent of that name and to every peer; role:<role> to the local agents with the role (not the
+// sender) and every peer; * to every local agent but the sender and every peer. An address of a
+// host that is not a peer is an error. (mbx.ExpandRecipients differs on purpose: it sends a bare
+// name to at most one peer known to have it, which this host cannot know, and includes the
+// sender in * and roles.)
 func (h *Host) routeAddresses(from string, to []string, peers []PeerRecord, agents []agentRecord) (route, error) {
 	r := route{named: map[string][]string{}}
 	addLocal := func(n string) {
@@ -57,46 +60,46 @@ func (h *Host) routeAddresses(from string, to []string, peers []PeerRecord, agen
 		}
 	}
 	for _, raw := range to {
-		a, err := parseAddress(raw)
+		a, err := mbx.ParseAddress(raw)
 		if err != nil {
-			return route{}, err
+			return route{}, fmt.Errorf("%w: %w", ErrInvalid, err)
 		}
-		switch a.kind {
-		case addrAgent:
-			if a.name == AgentMBX {
+		switch a.Kind {
+		case mbx.AddrAgent:
+			if a.Name == AgentMBX {
 				return route{}, fmt.Errorf("%w: %q cannot receive mail", ErrReserved, raw)
 			}
-			if a.host == h.name {
-				addLocal(a.name)
+			if a.Host == h.name {
+				addLocal(a.Name)
 				continue
 			}
-			if !slices.ContainsFunc(peers, func(p PeerRecord) bool { return p.Host == a.host }) {
-				return route{}, fmt.Errorf("%w: %q in %q", ErrUnknownHost, a.host, raw)
+			if !slices.ContainsFunc(peers, func(p PeerRecord) bool { return p.Host == a.Host }) {
+				return route{}, fmt.Errorf("%w: %q in %q", ErrUnknownHost, a.Host, raw)
 			}
-			addHost(a.host)
-			if !slices.Contains(r.named[a.host], a.name) {
-				r.named[a.host] = append(r.named[a.host], a.name)
+			addHost(a.Host)
+			if !slices.Contains(r.named[a.Host], a.Name) {
+				r.named[a.Host] = append(r.named[a.Host], a.Name)
 			}
-		case addrBare:
-			if slices.ContainsFunc(agents, func(ag agentRecord) bool { return ag.Name == a.name }) {
-				addLocal(a.name)
+		case mbx.AddrName:
+			if slices.ContainsFunc(agents, func(ag agentRecord) bool { return ag.Name == a.Name }) {
+				addLocal(a.Name)
 			}
 			allPeers()
-		case addrRole:
+		case mbx.AddrRole:
 			for _, ag := range agents {
-				if ag.Role == a.name && ag.Name != from {
+				if ag.Role == a.Role && ag.Name != from {
 					addLocal(ag.Name)
 				}
 			}
 			allPeers()
-		case addrAll:
+		case mbx.AddrBroadcast:
 			for _, ag := range agents {
 				if ag.Name != from {
 					addLocal(ag.Name)
 				}
 			}
 			allPeers()
-		case addrOwner:
+		case mbx.AddrOwner:
 			addLocal(AgentOwner)
 		}
 	}

@@ -86,7 +86,7 @@ func (h *Host) Sent(ctx context.Context, id string) (api.Sent, error) {
 			}
 			if len(byHost[host]) == 0 {
 				for _, a := range rec.To {
-					if pa, err := parseAddress(a); err == nil && (pa.kind == addrBare || pa.kind == addrRole || pa.kind == addrAll) {
+					if pa, err := mbx.ParseAddress(a); err == nil && (pa.Kind == mbx.AddrName || pa.Kind == mbx.AddrRole || pa.Kind == mbx.AddrBroadcast) {
 						rs = append(rs, api.Recipient{Recipient: a + "@" + host, Host: host, State: "queued"})
 					}
 				}
