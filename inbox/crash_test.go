@@ -11,9 +11,9 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/agentmbx/agentmbx/internal/failpoint"
 	"github.com/agentmbx/agentmbx/quarantine"
 	"github.com/agentmbx/agentmbx/relayclient"
-	"github.com/agentmbx/agentmbx/internal/failpoint"
 )
 
 // Crash tests: the test binary runs itself as a child receiver (TestCrashChild) with a failpoint

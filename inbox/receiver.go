@@ -7,9 +7,9 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/agentmbx/agentmbx/internal/failpoint"
 	"github.com/agentmbx/agentmbx/mbx"
 	"github.com/agentmbx/agentmbx/relayclient"
-	"github.com/agentmbx/agentmbx/internal/failpoint"
 )
 
 // Failpoints of the Receiver (see package failpoint; MBX_FAILPOINT in crash tests).
