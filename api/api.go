@@ -21,6 +21,12 @@
 //	DELETE /v1/peers       ?host=                 → {}
 //	GET  /v1/wait          ?agent=&timeout=30s    → []Message (unread mail; empty on timeout)
 //	GET  /v1/status                               → Status
+//	GET  /v1/relay                                → RelayStatus
+//	POST /v1/relay/set     RelaySetRequest        → RelayStatus
+//	POST /v1/relay/unset                          → RelayStatus
+//	GET  /v1/relay/quarantine                     → []QuarantineItem
+//
+// The relay routes are served for a service that also implements RelayService.
 package api
 
 import (
@@ -179,4 +185,97 @@ type Error struct {
 	Error string `json:"error"`
 	Code  string `json:"code,omitempty"` // a stable word: bad_request, not_found, ...
 	Hint  string `json:"hint,omitempty"`
+}
+
+// RelayService is a host's use of a relay (the second transport, for peers the LAN does not
+// reach): the pinned relay and what the host did with it. *host.Host implements it on the store;
+// client.Client over the control socket.
+type RelayService interface {
+	// RelayStatus reports the pinned relay, enrolment and publications, the receive position,
+	// relay-accepted rows, quarantined items and the last failures.
+	RelayStatus(ctx context.Context) (RelayStatus, error)
+	// RelaySet fetches the relay's info and pins its key (trust on first use without Key; with
+	// Key the served key must have that fingerprint). Setting it again confirms a changed key.
+	RelaySet(ctx context.Context, req RelaySetRequest) (RelayStatus, error)
+	// RelayUnset forgets the relay: nothing more goes through it or is pulled from it.
+	RelayUnset(ctx context.Context) (RelayStatus, error)
+	// RelayQuarantine lists the relay items this host rejected (never dropped).
+	RelayQuarantine(ctx context.Context) ([]QuarantineItem, error)
+}
+
+// RelaySetRequest pins a relay.
+type RelaySetRequest struct {
+	URL string `json:"url"`
+	// Key is the relay key's fingerprint (or the full base64 key) the owner expects; "" trusts
+	// the served key on first use.
+	Key string `json:"key,omitempty"`
+}
+
+// RelayStatus is what `agentmbx relay status` shows.
+type RelayStatus struct {
+	Configured  bool   `json:"configured"`
+	URL         string `json:"url,omitempty"`
+	RelayPubkey string `json:"relay_pubkey,omitempty"`
+	Fingerprint string `json:"fingerprint,omitempty"`
+	PinnedAt    string `json:"pinned_at,omitempty"`
+	// TOFU says the key was trusted on first use (relay set without --key).
+	TOFU bool `json:"tofu,omitempty"`
+	// Replaced is the fingerprint of the key this pin replaced (a relay set that confirmed a
+	// changed key), in the answer to RelaySet only.
+	Replaced string `json:"replaced,omitempty"`
+	// Stopped is set while relay use is stopped because the relay served another key; KeyChange
+	// says which. `relay set` with the new key resumes.
+	Stopped   bool            `json:"stopped,omitempty"`
+	KeyChange *RelayKeyChange `json:"key_change,omitempty"`
+	// Epoch is the relay epoch this host last saw.
+	Epoch      string `json:"epoch,omitempty"`
+	Enrolled   bool   `json:"enrolled"`
+	EnrolledAt string `json:"enrolled_at,omitempty"`
+	// EncAdExp is when the enc-key ad published at the relay expires (it is republished daily).
+	EncAdAt  string `json:"enc_ad_at,omitempty"`
+	EncAdExp string `json:"enc_ad_exp,omitempty"`
+	// Senders is how many peer keys the published sender allowlist names.
+	SendersAt string `json:"senders_at,omitempty"`
+	Senders   int    `json:"senders"`
+	// ReceivedThrough and PositionEpoch are the receive checkpoint at this relay.
+	ReceivedThrough int64  `json:"received_through"`
+	PositionEpoch   string `json:"position_epoch,omitempty"`
+	Resets          int    `json:"resets,omitempty"`
+	// RelayAccepted counts the outbox rows the relay holds that wait for their delivery receipt.
+	RelayAccepted int `json:"relay_accepted"`
+	// Quarantined counts the items held in quarantine (all relays).
+	Quarantined int `json:"quarantined"`
+	// Problems are the last failures of each relay operation, until it next succeeds.
+	Problems []RelayProblem `json:"problems,omitempty"`
+	// Daemon says the answer came from a running daemon (which is the one using the relay).
+	Daemon bool `json:"daemon"`
+}
+
+// RelayKeyChange is a relay key other than the pinned one, as the relay served it.
+type RelayKeyChange struct {
+	Pinned string `json:"pinned"` // fingerprint of the pinned key
+	Served string `json:"served"` // fingerprint of the served key
+	At     string `json:"at"`
+}
+
+// RelayProblem is the last failure of one relay operation (enrol, enc-ad, senders, push, pull).
+type RelayProblem struct {
+	Op    string `json:"op"`
+	Error string `json:"error"`
+	At    string `json:"at"`
+}
+
+// QuarantineItem is one relay item this host rejected, kept with its wire bytes.
+type QuarantineItem struct {
+	Relay  string `json:"relay"`
+	Epoch  string `json:"epoch"`
+	Seq    int64  `json:"seq"`
+	ItemID string `json:"item_id"`
+	Kind   string `json:"kind"`
+	Sender string `json:"sender"`         // the pushing host's key (base64)
+	Host   string `json:"host,omitempty"` // the pinned peer of that key, when there is one
+	Cause  string `json:"cause"`
+	Reason string `json:"reason"`
+	Bytes  int    `json:"bytes"`
+	At     string `json:"at"`
 }

@@ -83,6 +83,11 @@ var routes = map[string]map[string]route{
 	"/v1/pair/join":    {http.MethodPost: (*handler).pairJoin},
 	"/v1/pair/confirm": {http.MethodPost: (*handler).pairConfirm},
 	"/v1/pair/cancel":  {http.MethodPost: (*handler).pairCancel},
+
+	"/v1/relay":            {http.MethodGet: (*handler).relayStatus},
+	"/v1/relay/set":        {http.MethodPost: (*handler).relaySet},
+	"/v1/relay/unset":      {http.MethodPost: (*handler).relayUnset},
+	"/v1/relay/quarantine": {http.MethodGet: (*handler).relayQuarantine},
 }
 
 func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {

@@ -10,6 +10,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"strconv"
+	"sync"
 	"syscall"
 	"time"
 
@@ -30,12 +31,16 @@ type DaemonOptions struct {
 	AddrFile string
 	// Options are the options the host is opened with (nil: defaults).
 	Options *Options
+	// RelayWait is the long-poll wait of the relay receiver's pulls (default DefaultRelayWait;
+	// negative: none, the receiver then pulls every Tick).
+	RelayWait time.Duration
 	// Ready, when set, is called with the open host once both listeners serve.
 	Ready func(h *Host)
 }
 
 // RunDaemon runs a host daemon on the home dir until ctx is done or the process gets SIGTERM or
-// SIGINT: the LAN server, the outbox loop (passes, receipts, sweeps and alerts) and the control
+// SIGINT: the LAN server, the outbox loop (passes, receipts, sweeps and alerts), the relay loops
+// (when a relay is pinned: enrolment, publications and the receiver) and the control
 // socket <dir>/agentmbx.sock (mode 0600) that commands and the SDK talk to. It holds the store's
 // lock the whole time. On the way out it stops taking requests, wakes long polls, waits for the
 // sends in flight and closes the store; it returns nil after a clean shutdown.
@@ -111,10 +116,22 @@ func RunDaemon(ctx context.Context, dir string, opts DaemonOptions) (err error) 
 	go func() { errc <- serveErr("LAN server", lanSrv.Serve(lanLn)) }()
 	go func() { errc <- serveErr("control socket", sockSrv.Serve(sockLn)) }()
 	loopCtx, cancelLoop := context.WithCancel(ctx)
+	relayWait := opts.RelayWait
+	if relayWait == 0 {
+		relayWait = DefaultRelayWait
+	}
+	relayWait = max(relayWait, 0)
 	loopDone := make(chan struct{})
 	go func() {
 		defer close(loopDone)
+		var wg sync.WaitGroup
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			h.runRelay(loopCtx, tick, relayWait)
+		}()
 		h.runOutbox(loopCtx, tick)
+		wg.Wait()
 	}()
 	h.log.Info("daemon running", "host", h.name, "fingerprint", h.key.Fingerprint(), "lan", bound, "socket", sockPath)
 	if opts.Ready != nil {

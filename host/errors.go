@@ -81,3 +81,23 @@ var (
 	// HTTP status.
 	ErrPeerStatus = newErr("unavailable", "unexpected status from peer", "")
 )
+
+// Errors of the relay (RelaySet, RelayStatus and the relay transport).
+var (
+	// ErrNoRelay is returned when an operation needs a pinned relay and none is set.
+	ErrNoRelay = newErr("not_found", "no relay is set",
+		"pin one with `agentmbx relay set URL [--key FINGERPRINT]`")
+	// ErrRelayKeyMismatch is returned by RelaySet when the relay serves a key other than the
+	// fingerprint given with --key. Nothing is pinned.
+	ErrRelayKeyMismatch = newErr("conflict", "the relay serves another key than the one given",
+		"check the fingerprint with the relay's operator (`agentmbx relay keygen` printed it); do not pin a key you cannot vouch for")
+	// ErrRelayUnreachable is returned (wrapped) by RelaySet when the relay does not answer its
+	// info, or answers something that is not a v2 relay. Nothing is pinned.
+	ErrRelayUnreachable = newErr("unavailable", "the relay did not answer as a v2 relay",
+		"check the URL (https://host[:port]) and that `agentmbx relay serve` runs there")
+	// ErrRelayStopped is returned while relay use is stopped because the relay served another key
+	// than the pinned one: a new relay, or someone in between. `relay set` with the new key, after
+	// checking it, resumes.
+	ErrRelayStopped = newErr("refused", "relay use stopped: the relay serves another key than the pinned one",
+		"if the relay really has a new key, check its fingerprint and confirm it with `agentmbx relay set URL --key FINGERPRINT`")
+)

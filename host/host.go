@@ -13,8 +13,10 @@ import (
 
 	"go.etcd.io/bbolt"
 
+	"github.com/agentmbx/agentmbx/inbox"
 	"github.com/agentmbx/agentmbx/mbx"
 	"github.com/agentmbx/agentmbx/outbox"
+	"github.com/agentmbx/agentmbx/quarantine"
 )
 
 // Options configure an open Host. A nil *Options means all defaults.
@@ -47,6 +49,8 @@ type Host struct {
 
 	db     *bbolt.DB
 	ob     *outbox.Store
+	quar   *quarantine.Store // relay items this host rejected
+	rpos   *inbox.Store      // relay receive positions (and the quarantine writes)
 	clock  func() time.Time
 	rand   io.Reader
 	ulids  *mbx.ULIDs
@@ -58,6 +62,7 @@ type Host struct {
 
 	mail notifier      // wakes Wait when local mail arrives
 	kick chan struct{} // wakes the outbox loop (buffered, 1)
+	rl   relayRuntime  // the relay in use (relay.go)
 
 	mu       sync.Mutex
 	listen   string // configured listen address (meta)
@@ -146,6 +151,15 @@ func Open(dir string, opts *Options) (*Host, error) {
 		return nil, fmt.Errorf("host: open %s: %w", dir, err)
 	}
 	h.ob = ob
+	if h.quar, err = quarantine.Open(db, &quarantine.Options{Clock: o.Clock}); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("host: open %s: %w", dir, err)
+	}
+	if h.rpos, err = inbox.Open(db, h.quar, &inbox.Options{Clock: o.Clock, Logger: o.Logger}); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("host: open %s: %w", dir, err)
+	}
+	h.rl.init()
 	h.transports = map[outbox.Transport]Transport{outbox.TransportLAN: &lanTransport{h: h}}
 	h.lanMux = h.newLANMux()
 	return h, nil

@@ -137,6 +137,7 @@ func (h *Host) authHop(w http.ResponseWriter, r *http.Request) (PeerRecord, []by
 		lanError(w, http.StatusUnauthorized, "bad hop: "+err.Error())
 		return PeerRecord{}, nil, false
 	}
+	h.lanUp(peer.Host) // it reached us over the LAN: try the LAN for new rows again
 	return peer, body, true
 }
 
@@ -233,8 +234,8 @@ func (h *Host) handleStatus(w http.ResponseWriter, _ *http.Request) {
 
 // ---- sending -----------------------------------------------------------------------------------
 
-// Transport sends due outbox rows to one peer host. The LAN transport is the only one for now; a
-// relay transport slots in beside it (rows carry their transport, "lan" or "relay").
+// Transport sends due outbox rows to one peer host: the LAN (lanTransport) or the pinned relay
+// (relayTransport); transportFor picks one per row, and rows carry the transport they last used.
 type Transport interface {
 	// Kind is the outbox transport this one records on the rows it attempts.
 	Kind() outbox.Transport
@@ -275,9 +276,13 @@ func (k OutcomeKind) String() string {
 
 // Outcome is the result of one row's attempt.
 type Outcome struct {
-	Kind       OutcomeKind
-	Err        string             // failure or rejection reason
+	Kind OutcomeKind
+	Err  string // failure or rejection reason
+	// Retryable marks a rejection that a later retry can get past (a relay quota or rate limit):
+	// the row stays pending with backoff instead of ending rejected.
+	Retryable  bool
 	Acceptance *outbox.Acceptance // OutcomeRelayAccepted only
+	relayKey   string             // OutcomeRelayAccepted: the pinned relay key the statement verified against
 }
 
 func failedAll(n int, msg string) []Outcome {

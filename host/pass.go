@@ -3,6 +3,7 @@ package host
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"time"
 
@@ -34,12 +35,6 @@ const (
 	minSweepEvery = 30 * time.Second
 )
 
-// transportFor picks the transport of a row. Only the LAN exists for now; the relay issue adds
-// the choice (two LAN failures and an enrolled target, or no LAN address).
-func (h *Host) transportFor(_ outbox.Row, _ PeerRecord) Transport {
-	return h.transports[outbox.TransportLAN]
-}
-
 // pass runs one outbox pass. With wait it returns only when every send it started has been
 // recorded (tests); the daemon does not wait. It returns how many rows it started sending.
 func (h *Host) pass(ctx context.Context, wait bool) (int, error) {
@@ -64,9 +59,6 @@ func (h *Host) pass(ctx context.Context, wait bool) (int, error) {
 	groups := map[string][]outbox.Row{}
 	var order []string
 	for _, r := range rows {
-		if r.State != outbox.StatePending {
-			continue // relay-accepted rows due for a re-push belong to the relay transport
-		}
 		if _, ok := groups[r.Host]; !ok {
 			order = append(order, r.Host)
 		}
@@ -81,7 +73,21 @@ func (h *Host) pass(ctx context.Context, wait bool) (int, error) {
 			// Unpinned since the row was made: nothing goes to an unpaired host. The row
 			// waits (backoff) and ends at its deadline with an alert, unless the host is
 			// pinned again.
-			h.record(ctx, host, grp, failedAll(len(grp), "host is not paired (removed from peers)"), outbox.TransportLAN)
+			var lan, relay []outbox.Row
+			for _, r := range grp {
+				if r.State == outbox.StateRelayAccepted {
+					relay = append(relay, r)
+				} else {
+					lan = append(lan, r)
+				}
+			}
+			const why = "host is not paired (removed from peers)"
+			if len(lan) > 0 {
+				h.record(ctx, host, lan, failedAll(len(lan), why), outbox.TransportLAN)
+			}
+			if len(relay) > 0 {
+				h.record(ctx, host, relay, failedAll(len(relay), why), outbox.TransportRelay)
+			}
 			continue
 		}
 		h.mu.Lock()
@@ -104,14 +110,7 @@ func (h *Host) pass(ctx context.Context, wait bool) (int, error) {
 				delete(h.inflight, host)
 				h.mu.Unlock()
 			}()
-			tr := h.transportFor(grp[0], peer)
-			sctx, cancel := context.WithTimeout(ctx, lanAttemptTimeout)
-			out := tr.Send(sctx, peer, grp)
-			cancel()
-			if ctx.Err() != nil {
-				return // shutting down: the rows stay due, the next start sends them again
-			}
-			h.record(ctx, host, grp, out, tr.Kind())
+			h.sendHost(ctx, peer, grp)
 			h.kickOutbox() // more may have become due meanwhile
 		}()
 	}
@@ -119,6 +118,51 @@ func (h *Host) pass(ctx context.Context, wait bool) (int, error) {
 		wg.Wait()
 	}
 	return started, nil
+}
+
+// sendHost sends one host's due rows, each over the transport transportFor picks, and records the
+// outcomes. Rows flagged for a re-push while no relay is usable back off.
+func (h *Host) sendHost(ctx context.Context, peer PeerRecord, rows []outbox.Row) {
+	link, why := h.relayUsable(), ""
+	if link == nil {
+		why = "no relay is set"
+		if _, err := h.relayLink(); errors.Is(err, ErrRelayStopped) {
+			why = ErrRelayStopped.Error()
+		}
+	}
+	now := h.clock()
+	var lan, relay, stuck []outbox.Row
+	for _, r := range rows {
+		switch {
+		case h.transportFor(r, peer, link != nil, now) == outbox.TransportLAN:
+			lan = append(lan, r)
+		case link == nil:
+			stuck = append(stuck, r)
+		default:
+			relay = append(relay, r)
+		}
+	}
+	if len(stuck) > 0 {
+		h.record(ctx, peer.Host, stuck, failedAll(len(stuck), "re-push to the relay: "+why), outbox.TransportRelay)
+	}
+	for _, part := range []struct {
+		rows []outbox.Row
+		tr   Transport
+	}{{lan, h.transports[outbox.TransportLAN]}, {relay, &relayTransport{h: h, l: link}}} {
+		if len(part.rows) == 0 || ctx.Err() != nil {
+			continue
+		}
+		sctx, cancel := context.WithTimeout(ctx, lanAttemptTimeout)
+		out := part.tr.Send(sctx, peer, part.rows)
+		cancel()
+		if ctx.Err() != nil {
+			return // shutting down: the rows stay due, the next start sends them again
+		}
+		if part.tr.Kind() == outbox.TransportLAN {
+			h.noteLAN(peer.Host, out)
+		}
+		h.record(ctx, peer.Host, part.rows, out, part.tr.Kind())
+	}
 }
 
 // record stores the outcomes of one host's attempt in one transaction.
@@ -135,16 +179,23 @@ func (h *Host) record(ctx context.Context, host string, rows []outbox.Row, out [
 			case OutcomeDelivered:
 				row, err = ob.MarkDelivered(r.Key())
 			case OutcomeRejected:
-				row, err = ob.MarkRejected(r.Key(), tr, o.Err, false)
-				if err == nil {
+				row, err = ob.MarkRejected(r.Key(), tr, o.Err, o.Retryable)
+				if err == nil && !o.Retryable {
 					var ok bool
 					if ok, err = h.alertTx(tx, row); ok {
 						alerts++
 					}
 				}
 			case OutcomeRelayAccepted:
-				if o.Acceptance == nil {
-					err = errors.New("relay-accepted outcome without an acceptance")
+				// The statement is checked again against the row as it is now, in the
+				// transaction that records it (the row may have been rebound meanwhile).
+				var cur outbox.Row
+				if cur, err = ob.Get(r.Key()); err != nil {
+					break
+				}
+				if verr := h.verifyAcceptance(cur, o); verr != nil {
+					h.log.Warn("relay accept statement refused", "row", r.Key().String(), "err", verr)
+					row, err = ob.MarkAttemptFailed(r.Key(), tr, fmt.Errorf("relay accept statement refused: %w", verr))
 					break
 				}
 				row, err = ob.MarkRelayAccepted(r.Key(), *o.Acceptance)
@@ -167,7 +218,9 @@ func (h *Host) record(ctx context.Context, host string, rows []outbox.Row, out [
 			case OutcomeDelivered:
 				h.log.Debug("outbox row delivered", "row", row.Key().String(), "kind", row.Kind.String())
 			case OutcomeRejected:
-				h.log.Warn("outbox row rejected by peer", "row", row.Key().String(), "reason", o.Err)
+				h.log.Warn("outbox row rejected", "row", row.Key().String(), "transport", tr.String(), "reason", o.Err, "retry", o.Retryable)
+			case OutcomeRelayAccepted:
+				h.log.Debug("outbox row accepted by the relay", "row", row.Key().String(), "seq", row.Seq, "epoch", row.Epoch)
 			case OutcomeFailed:
 				h.log.Debug("outbox attempt failed", "row", row.Key().String(), "attempts", row.Attempts, "next_at", row.NextAt, "err", o.Err)
 			}

@@ -93,8 +93,9 @@ func (h *Host) PinPeer(p PeerRecord) error {
 	if p.AddedAt.IsZero() {
 		p.AddedAt = h.clock().UTC()
 	}
-	rebind := false
+	rebind, released := false, 0
 	err := h.db.Update(func(tx *bbolt.Tx) error {
+		rebind, released = false, 0
 		b := tx.Bucket(bucketPeers)
 		err := b.ForEach(func(k, _ []byte) error {
 			if string(k) == p.Host {
@@ -143,13 +144,20 @@ func (h *Host) PinPeer(p PeerRecord) error {
 				return err
 			}
 		}
-		return nil
+		// Relay items held only because this host was not paired yet are taken now.
+		released, err = h.releaseQuarantineTx(tx, p.HostPubkey)
+		return err
 	})
 	if err != nil {
 		return fmt.Errorf("host: pin peer %s: %w", p.Host, err)
 	}
 	h.log.Info("peer pinned", "peer", p.Host, "fingerprint", mbx.Fingerprint(p.HostPubkey), "addr", p.Addr)
-	h.kickOutbox()
+	poke(h.rl.keep) // the relay's sender allowlist names the peers
+	if released > 0 {
+		h.Wake()
+	} else {
+		h.kickOutbox()
+	}
 	return nil
 }
 
@@ -283,6 +291,7 @@ func (h *Host) RemovePeer(ctx context.Context, host string) error {
 		return fmt.Errorf("host: remove peer: %w", err)
 	}
 	h.log.Info("peer removed", "peer", host)
+	poke(h.rl.keep) // the relay's sender allowlist names the peers
 	return nil
 }
 

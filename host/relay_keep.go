@@ -1,0 +1,135 @@
+package host
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"go.etcd.io/bbolt"
+
+	"github.com/agentmbx/agentmbx/mbx"
+)
+
+// Enrolment and publications at the relay (spec §1, §8).
+//
+// relayKeep brings the relay up to date with this host: the relay's info (its key, checked against
+// the pin; its epoch; its limits; whether it knows this host key), then, when needed, enrolment
+// (challenge signed with the host key), the v2 enc-key ad (so senders can seal to this host) and
+// the sender allowlist (the paired peers' keys). The enrolment cache is keyed by (relay, relay key,
+// epoch, host key): a relay that forgot this host (no "you" in its info, a 401) or a new epoch
+// means enrol again and republish both. The ad is republished daily (mbx.EncAdRefresh), well
+// before it expires, and whenever the relay holds none; the allowlist whenever the peers change.
+// Every publication is checked: a refusal is recorded as a problem that RelayStatus shows, never
+// taken for success.
+
+// relayKeepEvery is how often the daemon runs relayKeep without being asked.
+const relayKeepEvery = time.Minute
+
+// relayKeep runs the enrolment and publications that are due; force enrols and republishes
+// everything (after the relay refused this host's hop). It returns the first failure; the others
+// are recorded too.
+func (h *Host) relayKeep(ctx context.Context, force bool) error {
+	h.rl.keepMu.Lock()
+	defer h.rl.keepMu.Unlock()
+	l, err := h.relayLink()
+	if err != nil {
+		return err
+	}
+	info, err := l.c.Info(ctx)
+	if err != nil {
+		return h.relayFailed(l, opInfo, err)
+	}
+	h.relayProblem(l, opInfo, nil)
+	h.relayEpochSeen(l, info.Epoch)
+	s, err := h.loadRelay()
+	if err != nil {
+		return err
+	}
+	if s == nil || s.URL != l.pin.URL || s.RelayKey != l.pin.RelayKey {
+		return nil // unpinned meanwhile
+	}
+	lim := info.Limits
+	s.Limits = &lim
+	hostKey := h.key.PublicKey()
+	now := h.clock()
+
+	enrol := force || info.You == nil || !s.enrolledFor(info.Epoch, hostKey)
+	if enrol {
+		if err := l.c.Enrol(ctx, "", ""); err != nil {
+			return h.relayFailed(l, opEnrol, err)
+		}
+		h.relayProblem(l, opEnrol, nil)
+		s.Enrolled = &relayEnrolment{URL: l.pin.URL, RelayKey: l.pin.RelayKey, Epoch: info.Epoch, HostKey: hostKey, At: mbx.ISOTime(now)}
+		h.log.Info("enrolled at the relay", "relay", l.pin.URL, "epoch", info.Epoch)
+		if err := h.saveKeep(l, s); err != nil {
+			return err
+		}
+	}
+
+	var errs []error
+	encPub := h.enc.PublicKey()
+	ad := s.EncAd
+	adDue := enrol || ad == nil || ad.Epoch != info.Epoch || ad.EncPub != encPub ||
+		(info.You != nil && len(info.You.EncAd) == 0)
+	if !adDue {
+		if at, err := mbx.ParseISOTime(ad.At); err != nil || !now.Before(at.Add(mbx.EncAdRefresh)) {
+			adDue = true
+		}
+	}
+	if adDue {
+		pub, err := l.c.PublishEncAd(ctx, encPub, 0)
+		if err != nil {
+			errs = append(errs, h.relayFailed(l, opEncAd, err))
+		} else {
+			h.relayProblem(l, opEncAd, nil)
+			s.EncAd = &relayEncAd{Epoch: info.Epoch, EncPub: encPub, At: mbx.ISOTime(now), Exp: pub.Exp}
+			h.log.Info("enc-key ad published at the relay", "relay", l.pin.URL, "exp", pub.Exp)
+		}
+	}
+
+	peers, err := h.PeerRecords()
+	if err != nil {
+		return err
+	}
+	keys, hash := sendersOf(peers)
+	if enrol || s.Senders == nil || s.Senders.Epoch != info.Epoch || s.Senders.Hash != hash {
+		if _, err := l.c.PublishSenders(ctx, keys); err != nil {
+			errs = append(errs, h.relayFailed(l, opSenders, err))
+		} else {
+			h.relayProblem(l, opSenders, nil)
+			s.Senders = &relaySenders{Epoch: info.Epoch, Hash: hash, Count: len(keys), At: mbx.ISOTime(now)}
+			h.log.Info("sender allowlist published at the relay", "relay", l.pin.URL, "senders", len(keys))
+		}
+	}
+	if err := h.saveKeep(l, s); err != nil {
+		return err
+	}
+	if enrol {
+		h.kickOutbox() // rows that failed for want of an enrolment
+		h.rl.mu.Lock()
+		r := h.rl.recv
+		h.rl.mu.Unlock()
+		if r != nil {
+			r.Kick()
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// saveKeep stores what relayKeep learned, leaving the fields others write (problems, the key
+// change, the epoch) as they are in the store.
+func (h *Host) saveKeep(l *relayLink, s *relayState) error {
+	_, err := h.updateRelay(l.pin.URL, l.pin.RelayKey, func(_ *bbolt.Tx, cur *relayState) error {
+		if cur.Epoch != "" && s.Enrolled != nil && s.Enrolled.Epoch != cur.Epoch {
+			// The epoch moved on while we enrolled: the cache is for the old one.
+			s.Enrolled, s.EncAd, s.Senders = nil, nil, nil
+		}
+		cur.Limits, cur.Enrolled, cur.EncAd, cur.Senders = s.Limits, s.Enrolled, s.EncAd, s.Senders
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("host: relay: %w", err)
+	}
+	return nil
+}
