@@ -28,10 +28,10 @@ type testRelay struct {
 	cur   atomic.Pointer[relayBackend]
 
 	mu         sync.Mutex
-	pushes     int                     // POST /v2/relay/items seen
-	pulls      int                     // GET /v2/relay/items seen
-	dropPushes int                     // handle the next n pushes, then drop their answers
-	failAcks   int                     // answer the next n acks 503 without handling them
+	pushes     int                      // POST /v2/relay/items seen
+	pulls      int                      // GET /v2/relay/items seen
+	dropPushes int                      // handle the next n pushes, then drop their answers
+	failAcks   int                      // answer the next n acks 503 without handling them
 	rewrite    func(body []byte) []byte // rewrites push answers (nil: none)
 }
 
