@@ -22,6 +22,20 @@
 //  4. The target pulls pages (GET /v2/relay/items?after=&limit=&epoch=) and acknowledges
 //     (POST /v2/relay/ack {epoch, through}) what it has durably processed.
 //
+// # Long polling
+//
+// A pull may add wait=<seconds> (cut to Options.MaxWait, 30 s by default, announced in
+// /v2/relay/info as limits.max_wait; 0.5.x clients never send it and ignore the field). When the
+// page would be empty the relay holds the request until a transaction that queues an item for
+// the caller has committed, then reads again and answers; or until the wait passes (the same empty
+// page as without wait); or until the client goes away; or until the server shuts down (Shutdown,
+// which Serve calls first, answers every held pull at once). A pull registers before it reads, and
+// a wake is sent only after the commit that holds the item, so no item committed after the read
+// is missed and the read after a wake sees it. Held pulls are bounded: Options.MaxWaitingPerKey
+// per host key (a newer pull of the key evicts the oldest, which answers at once) and
+// Options.MaxWaiting in all (past it a pull answers at once, as without wait). A pull woken by a
+// rotation that revoked its own key answers 403.
+//
 // Every request but challenge, enrol, rotate and the enc-key lookup carries a signed relay hop over
 // the method, the path with its query, the timestamp and the full body (mbx.VerifyRelayHop),
 // found by x-mbx-key.
@@ -51,6 +65,11 @@
 // enrolments and every rate table are capped. httperr.go maps every error to its status.
 //
 // # Caveats
+//
+// A push whose client goes away while it waits for its commit may still commit; it wakes no held
+// pull, so such an item reaches a long-polling target at the end of its current wait. Wakes live
+// in this process only: a second relay process over the same store would not wake this one's
+// pulls (the store's lock file allows only one anyway).
 //
 // Not built yet: the retention sweep with expiry notices and dedup tombstones (spec §6), online
 // backup and restore commands, and the v1 message endpoints (/v1/relay/messages). The Store and Tx

@@ -51,6 +51,8 @@ type relay struct {
 	clock *clock
 	opts  func(*relayserver.Options)
 	sopts sqlitestore.Options
+	// wrap, when set, wraps the store the server uses (tests that intercept store calls).
+	wrap  func(relayserver.Store) relayserver.Store
 	store *sqlitestore.Store
 	srv   *relayserver.Server
 	ts    *httptest.Server
@@ -87,7 +89,11 @@ func (r *relay) open() (*sqlitestore.Store, *relayserver.Server, error) {
 	if r.opts != nil {
 		r.opts(&o)
 	}
-	srv, err := relayserver.New(bg, st, o)
+	var use relayserver.Store = st
+	if r.wrap != nil {
+		use = r.wrap(st)
+	}
+	srv, err := relayserver.New(bg, use, o)
 	if err != nil {
 		st.Close()
 		return nil, nil, fmt.Errorf("new server: %w", err)
@@ -97,6 +103,7 @@ func (r *relay) open() (*sqlitestore.Store, *relayserver.Server, error) {
 
 func (r *relay) stop() {
 	if r.ts != nil {
+		r.srv.Shutdown() // parked long polls answer, so Close does not wait for them
 		r.ts.Close()
 		r.store.Close()
 		r.ts = nil
@@ -117,26 +124,36 @@ func newHost(t testing.TB, name string, n uint64) host { return host{name: name,
 // call sends a request; with h non-nil it is signed as a v2 hop by h at the relay's clock.
 func (r *relay) call(h *host, method, path string, body []byte) (int, []byte) {
 	r.t.Helper()
-	req, err := http.NewRequest(method, r.ts.URL+path, bytes.NewReader(body))
+	code, b, err := callURL(bg, r.ts.URL, h, r.clock.Now(), method, path, body)
 	if err != nil {
-		r.t.Fatal(err)
+		r.t.Fatalf("%s %s: %v", method, path, err)
+	}
+	return code, b
+}
+
+// callURL sends a request to the relay at base; with h non-nil it is signed as a v2 hop by h at
+// now. It may run on any goroutine.
+func callURL(ctx context.Context, base string, h *host, now time.Time, method, path string, body []byte) (int, []byte, error) {
+	req, err := http.NewRequestWithContext(ctx, method, base+path, bytes.NewReader(body))
+	if err != nil {
+		return 0, nil, err
 	}
 	if h != nil {
-		for k, v := range mbx.SignRelayHop(h.key, h.name, method, mbx.RelaySignedPath(req.URL), body, r.clock.Now(), true) {
+		for k, v := range mbx.SignRelayHop(h.key, h.name, method, mbx.RelaySignedPath(req.URL), body, now, true) {
 			req.Header[k] = v
 		}
 	}
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		r.t.Fatalf("%s %s: %v", method, path, err)
+		return 0, nil, err
 	}
 	defer resp.Body.Close()
 	b, err := io.ReadAll(resp.Body)
 	if err != nil {
-		r.t.Fatal(err)
+		return 0, nil, err
 	}
-	return resp.StatusCode, b
+	return resp.StatusCode, b, nil
 }
 
 func mustJSON(t testing.TB, v any) []byte {

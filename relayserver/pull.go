@@ -1,11 +1,13 @@
 package relayserver
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
 	"strconv"
+	"time"
 
 	"github.com/agentmbx/agentmbx/mbx"
 )
@@ -15,7 +17,10 @@ func (s *Server) staleEpoch(got string) error {
 	return &apiError{err: fmt.Errorf("epoch %q is not current: %w", got, ErrStaleEpoch), epoch: s.epoch}
 }
 
-// handlePull is GET /v2/relay/items?after=&limit=&epoch= (spec §4).
+// handlePull is GET /v2/relay/items?after=&limit=&epoch=&wait= (spec §4). With wait (seconds,
+// cut to Options.MaxWait) a pull that finds nothing is held until an item for the caller commits,
+// the wait passes (an empty page, as without wait), the client goes away, or the server shuts
+// down (a fresh page at once).
 func (s *Server) handlePull(w http.ResponseWriter, r *http.Request) {
 	caller, err := s.authenticate(r, nil)
 	if err != nil {
@@ -38,8 +43,16 @@ func (s *Server) handlePull(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	limit = min(limit, int64(s.lim.MaxPull))
-	page, err := s.store.Pull(r.Context(), caller.HostPubkey, after, int(limit), s.lim.MaxPullBytes)
+	wait, err := parseWait(q.Get("wait"), s.opt.MaxWait)
 	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	page, err := s.pullWait(r.Context(), caller.HostPubkey, after, int(limit), wait)
+	if err != nil {
+		if r.Context().Err() != nil {
+			return // the client went away: nobody to answer
+		}
 		s.writeError(w, r, fmt.Errorf("pull: %w", err))
 		return
 	}
@@ -51,6 +64,53 @@ func (s *Server) handlePull(w http.ResponseWriter, r *http.Request) {
 		resp.LastSeq = it.Seq
 	}
 	s.writeJSON(w, http.StatusOK, resp)
+}
+
+// pullWait reads a page of key's queue; when it is empty and wait > 0 it parks until an item for
+// key commits and reads again, until the page has items or the wait is over. The pull registers
+// before each read, so a commit after the read always wakes it (never a lost wakeup), and a
+// wake only ever follows a commit, so the read after it sees the item.
+func (s *Server) pullWait(ctx context.Context, key string, after int64, limit int, wait time.Duration) (Page, error) {
+	var timeout <-chan time.Time
+	for {
+		var w *waiter
+		if wait > 0 {
+			w = s.polls.park(key)
+		}
+		page, err := s.store.Pull(ctx, key, after, limit, s.lim.MaxPullBytes)
+		if err != nil || len(page.Items) > 0 || w == nil {
+			s.polls.leave(w)
+			return page, err
+		}
+		if timeout == nil {
+			c, stop := s.opt.WaitTimer(wait)
+			defer stop()
+			timeout = c
+		}
+		select {
+		case <-w.ch:
+		case <-timeout:
+			s.polls.leave(w)
+			return page, nil
+		case <-ctx.Done():
+			s.polls.leave(w)
+			return page, ctx.Err()
+		}
+		switch w.why {
+		case wakeItem:
+			// The commit may have been a rotation that revoked this very key: answer as a new
+			// request would.
+			e, err := s.store.Enrolment(ctx, key)
+			if err != nil {
+				return Page{}, err
+			}
+			if !e.Live() {
+				return Page{}, fmt.Errorf("host key %s: %w", mbx.Fingerprint(key), ErrRevoked)
+			}
+		default: // evicted by a newer pull of the key, or shutting down: read once more and answer
+			wait = 0
+		}
+	}
 }
 
 func queryInt(s string, def int64) (int64, error) {
@@ -115,10 +175,29 @@ func (s *Server) handleAck(w http.ResponseWriter, r *http.Request) {
 	s.writeJSON(w, http.StatusOK, mbx.AckResponse{AckedThrough: res.AckedThrough, Deleted: res.Deleted, HeadSeq: res.HeadSeq})
 }
 
+// infoResponse is mbx.InfoResponse with the limits of this relay beyond 0.5.x's: clients that
+// do not know a field ignore it.
+type infoResponse struct {
+	V           int             `json:"v"`
+	RelayPubkey string          `json:"relay_pubkey"`
+	Epoch       string          `json:"epoch"`
+	Version     string          `json:"version"`
+	Limits      infoLimits      `json:"limits"`
+	You         *mbx.InfoCaller `json:"you,omitempty"`
+}
+
+// infoLimits adds to the 0.5.x limits max_wait: the longest long-poll wait of a pull, in
+// seconds (absent when the relay does not hold pulls).
+type infoLimits struct {
+	mbx.Limits
+	MaxWait int64 `json:"max_wait,omitempty"`
+}
+
 // handleInfo is GET /v2/relay/info (spec §1): the relay's key, epoch and limits, and with a valid
 // hop the caller's own position.
 func (s *Server) handleInfo(w http.ResponseWriter, r *http.Request) {
-	resp := mbx.InfoResponse{V: 2, RelayPubkey: s.key.PublicKey(), Epoch: s.epoch, Version: s.opt.Version, Limits: s.lim}
+	resp := infoResponse{V: 2, RelayPubkey: s.key.PublicKey(), Epoch: s.epoch, Version: s.opt.Version,
+		Limits: infoLimits{Limits: s.lim, MaxWait: int64(max(s.opt.MaxWait, 0) / time.Second)}}
 	if r.Header.Get(mbx.HeaderSig) != "" {
 		if e, err := s.authenticate(r, nil); err == nil {
 			h, err := s.store.Head(r.Context(), e.HostPubkey)

@@ -8,8 +8,8 @@ import (
 	"time"
 	"unicode/utf16"
 
-	"github.com/agentmbx/agentmbx/mbx"
 	"github.com/agentmbx/agentmbx/internal/failpoint"
+	"github.com/agentmbx/agentmbx/mbx"
 )
 
 // Rejection codes of pushed items ("rejected:<code>").
@@ -287,6 +287,14 @@ func (s *Server) handlePush(w http.ResponseWriter, r *http.Request) {
 		if err != nil {
 			s.writeError(w, r, fmt.Errorf("push: %w", err))
 			return
+		}
+		// The items are committed: wake the pulls parked for their targets.
+		for _, it := range work {
+			if it.code == "" && !it.dup {
+				for _, t := range it.targets {
+					s.polls.wake(t.pub)
+				}
+			}
 		}
 	}
 	resp := mbx.PushResponse{Results: make([]mbx.PushResult, len(work))}

@@ -220,6 +220,9 @@ func (s *Server) handleRotate(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, fmt.Errorf("rotate: %w", err))
 		return
 	}
+	// Committed: the new key's queue may have grown, and the old key's pulls learn it is revoked.
+	s.polls.wake(rot.Rec.NewPub)
+	s.polls.wake(rot.Rec.OldPub)
 	s.log.Info("host key rotated", "old", mbx.Fingerprint(rot.Rec.OldPub), "new", mbx.Fingerprint(rot.Rec.NewPub), "moved", res.MovedItems)
 	s.writeJSON(w, http.StatusOK, mbx.RotateResponse{Moved: res.MovedItems})
 }

@@ -117,6 +117,7 @@ func Serve(ctx context.Context, cfg ServeConfig) (err error) {
 	}
 	hs := &http.Server{Handler: srv, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 2 * time.Minute,
 		WriteTimeout: 2 * time.Minute, IdleTimeout: 2 * time.Minute}
+	hs.RegisterOnShutdown(srv.Shutdown) // parked long polls answer now, so Shutdown does not wait for them
 	errc := make(chan error, 1)
 	go func() { errc <- hs.Serve(ln) }()
 	addr := ln.Addr().String()

@@ -43,6 +43,18 @@ type Options struct {
 	MaxEnrolments int64
 	// MaxChallenges caps open challenges. Default mbx.MaxPendingChallenges.
 	MaxChallenges int
+	// MaxWait caps the long-poll wait of a pull (GET /v2/relay/items?wait=seconds); longer waits
+	// are cut to it, and /v2/relay/info announces it as limits.max_wait. Default DefaultMaxWait;
+	// negative disables long polling (every pull answers at once).
+	MaxWait time.Duration
+	// MaxWaiting caps the pulls parked at once (default DefaultMaxWaiting); past it a pull answers
+	// at once. MaxWaitingPerKey caps them per host key (default DefaultMaxWaitingPerKey); a newer
+	// pull of the key evicts its oldest, which answers at once.
+	MaxWaiting       int
+	MaxWaitingPerKey int
+	// WaitTimer starts the timer of a long poll: the channel fires when the wait is over, stop
+	// releases it. Injected for tests. Default time.NewTimer.
+	WaitTimer func(d time.Duration) (c <-chan time.Time, stop func() bool)
 	// TrustProxy says which header carries the client address.
 	TrustProxy TrustProxy
 	// Authority decides enrolments. Default HostKeyAuthority.
@@ -67,6 +79,7 @@ type Server struct {
 	chal   *challenges
 	enrolR *rateTable
 	pushR  *rateTable
+	polls  *waiters
 	mux    *http.ServeMux
 }
 
@@ -101,6 +114,18 @@ func New(ctx context.Context, store Store, opt Options) (*Server, error) {
 	if opt.MaxChallenges <= 0 {
 		opt.MaxChallenges = mbx.MaxPendingChallenges
 	}
+	if opt.MaxWait == 0 {
+		opt.MaxWait = DefaultMaxWait
+	}
+	if opt.MaxWaiting <= 0 {
+		opt.MaxWaiting = DefaultMaxWaiting
+	}
+	if opt.MaxWaitingPerKey <= 0 {
+		opt.MaxWaitingPerKey = DefaultMaxWaitingPerKey
+	}
+	if opt.WaitTimer == nil {
+		opt.WaitTimer = defaultWaitTimer
+	}
 	if opt.Authority == nil {
 		opt.Authority = HostKeyAuthority{}
 	}
@@ -130,6 +155,7 @@ func New(ctx context.Context, store Store, opt Options) (*Server, error) {
 		chal:   newChallenges(opt.MaxChallenges, mbx.ChallengeTTL),
 		enrolR: newRateTable(opt.EnrolCallsPerMinute, time.Minute, opt.RateTableMax),
 		pushR:  newRateTable(opt.PushesPerMinute, time.Minute, opt.RateTableMax),
+		polls:  newWaiters(opt.MaxWaitingPerKey, opt.MaxWaiting),
 	}
 	s.routes()
 	return s, nil
@@ -137,6 +163,13 @@ func New(ctx context.Context, store Store, opt Options) (*Server, error) {
 
 // Epoch returns the store epoch the server answers with.
 func (s *Server) Epoch() string { return s.epoch }
+
+// Shutdown answers every parked long poll now (each re-reads its queue and answers at once) and
+// makes later pulls answer without waiting, so that http.Server.Shutdown, which waits for
+// handlers, is not held up by them. It does not close the Store. Serve calls it when its graceful
+// shutdown begins; a caller running the Server under its own http.Server registers it with
+// RegisterOnShutdown.
+func (s *Server) Shutdown() { s.polls.close() }
 
 // ServeHTTP implements http.Handler.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.mux.ServeHTTP(w, r) }

@@ -7,8 +7,8 @@ import (
 	"fmt"
 	"sync"
 
-	"github.com/agentmbx/agentmbx/relayserver"
 	"github.com/agentmbx/agentmbx/internal/failpoint"
+	"github.com/agentmbx/agentmbx/relayserver"
 )
 
 // Failpoints of the writer (see package failpoint).

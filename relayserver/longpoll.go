@@ -1,0 +1,186 @@
+package relayserver
+
+import (
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+)
+
+// Defaults of long polling (GET /v2/relay/items?wait=).
+const (
+	// DefaultMaxWait caps the wait a pull may ask for; longer waits are cut to it.
+	DefaultMaxWait = 30 * time.Second
+	// DefaultMaxWaiting caps the pulls parked at once, over all keys.
+	DefaultMaxWaiting = 4096
+	// DefaultMaxWaitingPerKey caps the pulls one host key may have parked at once.
+	DefaultMaxWaitingPerKey = 2
+)
+
+// wakeReason says why a parked pull was woken.
+type wakeReason int
+
+const (
+	// wakeNone: still parked.
+	wakeNone wakeReason = iota
+	// wakeItem: a transaction that queued something for the key committed.
+	wakeItem
+	// wakeEvicted: a newer pull of the same key took the slot.
+	wakeEvicted
+	// wakeShutdown: the server is shutting down.
+	wakeShutdown
+)
+
+// String returns the reason's name for logs.
+func (w wakeReason) String() string {
+	switch w {
+	case wakeNone:
+		return "none"
+	case wakeItem:
+		return "item"
+	case wakeEvicted:
+		return "evicted"
+	case wakeShutdown:
+		return "shutdown"
+	default:
+		return "wake(" + strconv.Itoa(int(w)) + ")"
+	}
+}
+
+// waiter is one parked pull. ch is closed exactly once, when it is woken; why is set (under the
+// table's lock) before that, so a receiver from ch may read it.
+type waiter struct {
+	key    string
+	ch     chan struct{}
+	why    wakeReason
+	parked bool // in the table; guarded by the table's lock
+}
+
+// waiters is the table of parked pulls, by target key. A pull registers before it reads the
+// store, so a commit that lands after its read always finds it here: wake is called only after
+// the transaction that holds the new item has committed, and every waiter of the key then reads
+// again. The table is bounded: at most maxKey waiters per key (a newer pull evicts the oldest,
+// which answers at once) and maxTotal in all (beyond that a pull is not parked and answers at
+// once, as a pull without wait does).
+type waiters struct {
+	mu       sync.Mutex
+	byKey    map[string][]*waiter
+	total    int
+	maxKey   int
+	maxTotal int
+	closed   bool
+}
+
+func newWaiters(maxKey, maxTotal int) *waiters {
+	return &waiters{byKey: map[string][]*waiter{}, maxKey: maxKey, maxTotal: maxTotal}
+}
+
+// park registers a pull of key. It returns nil when the pull may not wait: the table is full or
+// closing.
+func (t *waiters) park(key string) *waiter {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.closed || t.maxKey < 1 {
+		return nil
+	}
+	ws := t.byKey[key]
+	if len(ws) >= t.maxKey {
+		// The oldest pull of this key (often one whose client already went away) gives way.
+		t.wakeLocked(ws[0], wakeEvicted)
+		ws = ws[1:]
+	} else if t.total >= t.maxTotal {
+		return nil
+	}
+	w := &waiter{key: key, ch: make(chan struct{}), parked: true}
+	t.byKey[key] = append(ws, w)
+	t.total++
+	return w
+}
+
+// leave unregisters w if it is still parked. It is safe with a nil w and after a wake.
+func (t *waiters) leave(w *waiter) {
+	if w == nil {
+		return
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if !w.parked {
+		return
+	}
+	ws := t.byKey[w.key]
+	for i, x := range ws {
+		if x == w {
+			ws = append(ws[:i:i], ws[i+1:]...)
+			break
+		}
+	}
+	if len(ws) == 0 {
+		delete(t.byKey, w.key)
+	} else {
+		t.byKey[w.key] = ws
+	}
+	w.parked = false
+	t.total--
+}
+
+// wake wakes every pull parked for key. Call it only after the commit that queued the item.
+func (t *waiters) wake(key string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, w := range t.byKey[key] {
+		t.wakeLocked(w, wakeItem)
+	}
+	delete(t.byKey, key)
+}
+
+// close wakes every parked pull and refuses to park any more.
+func (t *waiters) close() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.closed = true
+	for k, ws := range t.byKey {
+		for _, w := range ws {
+			t.wakeLocked(w, wakeShutdown)
+		}
+		delete(t.byKey, k)
+	}
+}
+
+// len is the number of parked pulls.
+func (t *waiters) len() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.total
+}
+
+// wakeLocked wakes w; the caller removes it from byKey.
+func (t *waiters) wakeLocked(w *waiter, why wakeReason) {
+	w.why, w.parked = why, false
+	close(w.ch)
+	t.total--
+}
+
+// parseWait reads the optional wait query parameter: whole seconds, 0 or absent for none, cut to
+// max.
+func parseWait(s string, max time.Duration) (time.Duration, error) {
+	if s == "" {
+		return 0, nil
+	}
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || n < 0 {
+		return 0, fmt.Errorf("%w: wait must be a non-negative number of seconds", ErrBadRequest)
+	}
+	if max <= 0 {
+		return 0, nil
+	}
+	if n > int64(max/time.Second) {
+		return max, nil
+	}
+	return time.Duration(n) * time.Second, nil
+}
+
+// defaultWaitTimer is Options.WaitTimer's default.
+func defaultWaitTimer(d time.Duration) (<-chan time.Time, func() bool) {
+	t := time.NewTimer(d)
+	return t.C, t.Stop
+}
