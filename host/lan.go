@@ -283,6 +283,18 @@ type Outcome struct {
 	Retryable  bool
 	Acceptance *outbox.Acceptance // OutcomeRelayAccepted only
 	relayKey   string             // OutcomeRelayAccepted: the pinned relay key the statement verified against
+	// unreachable marks a LAN failure without any answer from the peer (no connection, no
+	// response): its LAN address is unreachable now.
+	unreachable bool
+}
+
+// unreachableAll is failedAll for a LAN request that got no answer at all.
+func unreachableAll(n int, msg string) []Outcome {
+	out := failedAll(n, msg)
+	for i := range out {
+		out[i].unreachable = true
+	}
+	return out
 }
 
 func failedAll(n int, msg string) []Outcome {
@@ -399,7 +411,7 @@ func answerError(status int, data []byte) string {
 func (t *lanTransport) sendEnvelopes(ctx context.Context, peer PeerRecord, rows []outbox.Row, idx []int, split bool) []Outcome {
 	status, data, err := t.post(ctx, peer, PathEnvelopes, joinRaw("envelopes", rows, idx))
 	if err != nil {
-		return failedAll(len(idx), err.Error())
+		return unreachableAll(len(idx), err.Error())
 	}
 	switch {
 	case status == http.StatusOK:
@@ -443,7 +455,7 @@ func (t *lanTransport) sendEnvelopes(ctx context.Context, peer PeerRecord, rows 
 func (t *lanTransport) sendReceipts(ctx context.Context, peer PeerRecord, rows []outbox.Row, idx []int) []Outcome {
 	status, data, err := t.post(ctx, peer, PathReceipts, joinRaw("receipts", rows, idx))
 	if err != nil {
-		return failedAll(len(idx), err.Error())
+		return unreachableAll(len(idx), err.Error())
 	}
 	if status != http.StatusOK {
 		return failedAll(len(idx), answerError(status, data))

@@ -19,7 +19,8 @@ import (
 // relay is usable and one of these holds: the peer has no known LAN address; the row's LAN
 // attempts failed at least twice (relayAfterLANFailures); or the peer's LAN address failed to
 // answer within the last lanRetryAfter (new rows then skip a LAN that is down, and try it again
-// after that, so they go over the LAN again once the peer is reachable there). Rows are only ever
+// after that, so they go over the LAN again once the peer is reachable there; a peer that answers,
+// even with an error, is reachable). Rows are only ever
 // taken when due, so the relay pass respects next_at like the LAN pass.
 //
 // A push sends the wire bytes persisted with the row, exactly, on every attempt. A row moves to
@@ -77,12 +78,12 @@ func (h *Host) lanDownSince(host string, now time.Time) bool {
 	return ok && now.Sub(at) < lanRetryAfter
 }
 
-// noteLAN records what a LAN attempt showed of the peer's reachability: any answer clears the
-// mark, no answer at all sets it.
+// noteLAN records what a LAN attempt showed of the peer's reachability: any answer (even an
+// error status) clears the mark, no answer at all sets it.
 func (h *Host) noteLAN(host string, out []Outcome) {
 	answered := false
 	for _, o := range out {
-		if o.Kind != OutcomeFailed {
+		if !o.unreachable {
 			answered = true
 		}
 	}
