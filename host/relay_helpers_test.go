@@ -9,6 +9,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/agentmbx/agentmbx/api"
 	"github.com/agentmbx/agentmbx/mbx"
@@ -172,8 +173,11 @@ func (th *testHost) useRelay(r *testRelay) {
 	th.keep()
 }
 
+// keep runs the enrolment and publications. A millisecond passes first: the relay takes a sender
+// list only when it is newer than the one it holds.
 func (th *testHost) keep() {
 	th.t.Helper()
+	th.clock.Advance(time.Millisecond)
 	if err := th.relayKeep(context.Background(), false); err != nil {
 		th.t.Fatalf("%s: relayKeep: %v", th.name, err)
 	}
