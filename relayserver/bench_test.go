@@ -52,6 +52,7 @@ func benchPush(b *testing.B, so sqlitestore.Options) {
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: senders}}
 	var next, accepted atomic.Int64
 	b.SetParallelism((senders + runtime.GOMAXPROCS(0) - 1) / runtime.GOMAXPROCS(0))
+	st0 := r.store.Stats()
 	b.ResetTimer()
 	b.RunParallel(func(pb *testing.PB) {
 		me := hs[int(next.Add(1)-1)%senders]
@@ -80,6 +81,8 @@ func benchPush(b *testing.B, so sqlitestore.Options) {
 		}
 	})
 	b.ReportMetric(float64(accepted.Load())/b.Elapsed().Seconds(), "items/s")
+	st := r.store.Stats()
+	b.ReportMetric(float64(st.Units-st0.Units)/float64(max(st.Commits-st0.Commits, 1)), "units/commit")
 }
 
 // BenchmarkPush compares group commit with one commit per item under the same load (the issue

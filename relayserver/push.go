@@ -240,6 +240,16 @@ func (s *Server) checkQuota(tx Tx, target Enrolment, sender string, n int64) err
 	return nil
 }
 
+func countFunc[T any](s []T, f func(T) bool) int {
+	n := 0
+	for _, v := range s {
+		if f(v) {
+			n++
+		}
+	}
+	return n
+}
+
 // handlePush is POST /v2/relay/items (spec §3).
 func (s *Server) handlePush(w http.ResponseWriter, r *http.Request) {
 	body, err := readBody(w, r, s.opt.MaxBody)
@@ -267,7 +277,14 @@ func (s *Server) handlePush(w http.ResponseWriter, r *http.Request) {
 		}
 		s.checkItem(it, sender)
 	}
-	if slices.ContainsFunc(work, func(it *pushWork) bool { return it.code == "" }) {
+	if n := countFunc(work, func(it *pushWork) bool { return it.code == "" }); n == 1 {
+		// One item: the request's own unit is the item's, and a refusal rolls it back.
+		it := work[slices.IndexFunc(work, func(it *pushWork) bool { return it.code == "" })]
+		err = s.store.Update(r.Context(), func(tx Tx) error { return s.storeItem(tx, it, sender, now) })
+		if rj := (*rejection)(nil); errors.As(err, &rj) {
+			it.code, err = rj.code, nil
+		}
+	} else if n > 1 {
 		err = s.store.Update(r.Context(), func(tx Tx) error {
 			for _, it := range work {
 				if it.code != "" {
@@ -284,16 +301,16 @@ func (s *Server) handlePush(w http.ResponseWriter, r *http.Request) {
 			}
 			return nil
 		})
-		if err != nil {
-			s.writeError(w, r, fmt.Errorf("push: %w", err))
-			return
-		}
-		// The items are committed: wake the pulls parked for their targets.
-		for _, it := range work {
-			if it.code == "" && !it.dup {
-				for _, t := range it.targets {
-					s.polls.wake(t.pub)
-				}
+	}
+	if err != nil {
+		s.writeError(w, r, fmt.Errorf("push: %w", err))
+		return
+	}
+	// The items are committed: wake the pulls parked for their targets.
+	for _, it := range work {
+		if it.code == "" && !it.dup {
+			for _, t := range it.targets {
+				s.polls.wake(t.pub)
 			}
 		}
 	}

@@ -2,14 +2,16 @@ package sqlitestore
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
+	"sync"
 
 	"github.com/agentmbx/agentmbx/relayserver"
 )
 
 // Enrolment implements relayserver.Store.
 func (s *Store) Enrolment(ctx context.Context, pubkey string) (relayserver.Enrolment, error) {
-	e, err := getEnrolment(ctx, s.db, pubkey)
+	e, err := getEnrolment(ctx, s.rq, pubkey)
 	if err != nil && err != relayserver.ErrNotFound {
 		return e, fmt.Errorf("sqlitestore: enrolment: %w", err)
 	}
@@ -18,7 +20,7 @@ func (s *Store) Enrolment(ctx context.Context, pubkey string) (relayserver.Enrol
 
 // EnrolmentsByName implements relayserver.Store.
 func (s *Store) EnrolmentsByName(ctx context.Context, name string, limit int) ([]relayserver.Enrolment, error) {
-	rows, err := s.db.QueryContext(ctx, "SELECT "+enrolmentCols+` FROM enrolments
+	rows, err := s.rq.QueryContext(ctx, "SELECT "+enrolmentCols+` FROM enrolments
 WHERE host_name = ? COLLATE NOCASE AND revoked_at IS NULL ORDER BY enrolled_at, host_pubkey LIMIT ?`,
 		name, limit)
 	if err != nil {
@@ -41,7 +43,7 @@ WHERE host_name = ? COLLATE NOCASE AND revoked_at IS NULL ORDER BY enrolled_at, 
 
 // EncAd implements relayserver.Store.
 func (s *Store) EncAd(ctx context.Context, pubkey string) (relayserver.EncAd, error) {
-	ad, err := getEncAd(ctx, s.db, pubkey)
+	ad, err := getEncAd(ctx, s.rq, pubkey)
 	if err != nil && err != relayserver.ErrNotFound {
 		return ad, fmt.Errorf("sqlitestore: %w", err)
 	}
@@ -50,7 +52,7 @@ func (s *Store) EncAd(ctx context.Context, pubkey string) (relayserver.EncAd, er
 
 // SenderList implements relayserver.Store.
 func (s *Store) SenderList(ctx context.Context, target string) (relayserver.SenderList, error) {
-	l, err := getSenderList(ctx, s.db, target)
+	l, err := getSenderList(ctx, s.rq, target)
 	if err != nil && err != relayserver.ErrNotFound {
 		return l, fmt.Errorf("sqlitestore: %w", err)
 	}
@@ -59,7 +61,7 @@ func (s *Store) SenderList(ctx context.Context, target string) (relayserver.Send
 
 // Head implements relayserver.Store.
 func (s *Store) Head(ctx context.Context, target string) (relayserver.Head, error) {
-	h, err := getHead(ctx, s.db, target)
+	h, err := getHead(ctx, s.rq, target)
 	if err != nil {
 		return h, fmt.Errorf("sqlitestore: %w", err)
 	}
@@ -136,4 +138,55 @@ ORDER BY seq LIMIT ?`, target, after, limit+1)
 		return p, fmt.Errorf("sqlitestore: pull: %w", err)
 	}
 	return p, nil
+}
+
+// readStmts prepares each read statement once for the pool (database/sql prepares it on each
+// read connection as needed); it is the querier of the Store's reads.
+type readStmts struct {
+	db *sql.DB
+	mu sync.Mutex
+	m  map[string]*sql.Stmt
+}
+
+func (c *readStmts) stmt(ctx context.Context, query string) (*sql.Stmt, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if st, ok := c.m[query]; ok {
+		return st, nil
+	}
+	st, err := c.db.PrepareContext(ctx, query)
+	if err != nil {
+		return nil, err
+	}
+	c.m[query] = st
+	return st, nil
+}
+
+func (c *readStmts) ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error) {
+	return c.db.ExecContext(ctx, query, args...)
+}
+
+func (c *readStmts) QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error) {
+	st, err := c.stmt(ctx, query)
+	if err != nil {
+		return nil, err
+	}
+	return st.QueryContext(ctx, args...)
+}
+
+func (c *readStmts) QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row {
+	st, err := c.stmt(ctx, query)
+	if err != nil {
+		return c.db.QueryRowContext(ctx, query, args...) // carries the error to Scan
+	}
+	return st.QueryRowContext(ctx, args...)
+}
+
+func (c *readStmts) close() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, st := range c.m {
+		_ = st.Close()
+	}
+	c.m = map[string]*sql.Stmt{}
 }

@@ -46,6 +46,7 @@ type Options struct {
 type Store struct {
 	dir    string
 	db     *sql.DB
+	rq     *readStmts
 	lock   *os.File
 	log    *slog.Logger
 	rand   io.Reader
@@ -100,11 +101,12 @@ func Open(ctx context.Context, dir string, opts *Options) (*Store, error) {
 	}()
 	dsn := filepath.Join(dir, DBFile) +
 		"?_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)&_pragma=synchronous(FULL)" +
-		"&_pragma=foreign_keys(0)"
+		"&_pragma=foreign_keys(0)&_pragma=temp_store(MEMORY)"
 	s.db, err = sql.Open("sqlite", dsn)
 	if err != nil {
 		return nil, fmt.Errorf("sqlitestore: open %s: %w", dir, err)
 	}
+	s.rq = &readStmts{db: s.db, m: map[string]*sql.Stmt{}}
 	s.db.SetMaxOpenConns(o.Readers + 1)
 	s.db.SetMaxIdleConns(o.Readers + 1)
 	s.db.SetConnMaxIdleTime(0)
@@ -137,12 +139,28 @@ func (s *Store) Close() error {
 	}
 	s.closed = true
 	s.w.stop()
+	s.rq.close()
 	err := s.db.Close()
 	releaseLock(s.lock)
 	if err != nil {
 		return fmt.Errorf("sqlitestore: close: %w", err)
 	}
 	return nil
+}
+
+// Stats counts the store's write transactions since Open.
+type Stats struct {
+	// Commits is the number of write transactions committed; each is one fsync of the WAL
+	// (synchronous=FULL), plus one of the database file when a checkpoint runs.
+	Commits int64
+	// Units is the number of Update units those transactions carried (Units/Commits is the
+	// mean size of a group commit).
+	Units int64
+}
+
+// Stats returns the store's write counters.
+func (s *Store) Stats() Stats {
+	return Stats{Commits: s.w.commits.Load(), Units: s.w.units.Load()}
 }
 
 // Update implements relayserver.Store.

@@ -207,6 +207,27 @@ func TestDuplicateInsertRefused(t *testing.T) {
 	if !errors.Is(err, relayserver.ErrDuplicate) {
 		t.Fatalf("second insert = %v, want ErrDuplicate", err)
 	}
+	// The refusal changes nothing, even for a caller that goes on in the same unit.
+	before, _ := s.Head(ctx, key(1))
+	err = s.Update(ctx, func(tx relayserver.Tx) error {
+		if _, err := tx.InsertItem(item(key(1), key(2), "x", "w", 5000)); !errors.Is(err, relayserver.ErrDuplicate) {
+			return fmt.Errorf("repeat insert = %v, want ErrDuplicate", err)
+		}
+		u, err := tx.Usage(key(1), key(2))
+		if err != nil {
+			return err
+		}
+		if want := (relayserver.Counts{Items: 1, Bytes: 1}); u.Target != want || u.Sender != want {
+			return fmt.Errorf("usage after a refused insert = %+v, want %+v for both", u, want)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if after, _ := s.Head(ctx, key(1)); after != before {
+		t.Fatalf("head after a refused insert = %+v, want %+v", after, before)
+	}
 	// Same id for another target, or from another sender, is another row.
 	insert(t, s, item(key(3), key(2), "x", "w", 3))
 	insert(t, s, item(key(1), key(4), "x", "w", 3))

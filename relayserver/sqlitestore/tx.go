@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -50,15 +51,40 @@ func nullMS(t time.Time) any {
 	return t.UnixMilli()
 }
 
+// savepoint is the SQL of the savepoint statements of one nesting depth. The writer's statement
+// cache prepares each once.
+type savepoint struct{ begin, rollback, release string }
+
+func makeSavepoint(depth int) savepoint {
+	n := "u" + strconv.Itoa(depth)
+	return savepoint{"SAVEPOINT " + n, "ROLLBACK TO " + n, "RELEASE " + n}
+}
+
+// savepoints holds the usual depths, so a unit builds no strings.
+var savepoints = func() []savepoint {
+	sp := make([]savepoint, 8)
+	for i := range sp {
+		sp[i] = makeSavepoint(i)
+	}
+	return sp
+}()
+
+func savepointAt(depth int) savepoint {
+	if depth < len(savepoints) {
+		return savepoints[depth]
+	}
+	return makeSavepoint(depth)
+}
+
 // Unit implements relayserver.Tx with a savepoint.
 func (t *tx) Unit(fn func(relayserver.Tx) error) (err error) {
 	if t.broken != nil {
 		return t.broken
 	}
 	t.depth++
-	name := fmt.Sprintf("u%d", t.depth)
 	defer func() { t.depth-- }()
-	if _, err := t.q.conn.ExecContext(bg, "SAVEPOINT "+name); err != nil {
+	sp := savepointAt(t.depth)
+	if _, err := t.q.ExecContext(bg, sp.begin); err != nil {
 		return fmt.Errorf("savepoint: %w", err)
 	}
 	func() {
@@ -70,12 +96,12 @@ func (t *tx) Unit(fn func(relayserver.Tx) error) (err error) {
 		err = fn(t)
 	}()
 	if err != nil {
-		if _, rerr := t.q.conn.ExecContext(bg, "ROLLBACK TO "+name); rerr != nil {
+		if _, rerr := t.q.ExecContext(bg, sp.rollback); rerr != nil {
 			t.broken = fmt.Errorf("%w: %v", errBroken, rerr)
 			return err
 		}
 	}
-	if _, rerr := t.q.conn.ExecContext(bg, "RELEASE "+name); rerr != nil {
+	if _, rerr := t.q.ExecContext(bg, sp.release); rerr != nil {
 		t.broken = fmt.Errorf("%w: %v", errBroken, rerr)
 		if err == nil {
 			err = rerr
@@ -259,24 +285,16 @@ WHERE sender_pubkey = ? AND item_id = ? AND target_pubkey = ?`, sender, itemID, 
 	return d, nil
 }
 
-func (t *tx) counts(target, sender string) (relayserver.Counts, error) {
-	var c relayserver.Counts
-	err := t.q.QueryRowContext(bg,
-		"SELECT items, bytes FROM usage WHERE target_pubkey = ? AND sender_pubkey = ?", target, sender).
-		Scan(&c.Items, &c.Bytes)
-	if errors.Is(err, sql.ErrNoRows) {
-		return c, nil
-	}
-	return c, err
-}
-
 func (t *tx) Usage(target, sender string) (relayserver.Usage, error) {
 	var u relayserver.Usage
-	var err error
-	if u.Target, err = t.counts(target, ""); err != nil {
-		return u, fmt.Errorf("usage: %w", err)
-	}
-	if u.Sender, err = t.counts(target, sender); err != nil {
+	err := t.q.QueryRowContext(bg, `SELECT
+	COALESCE(SUM(CASE WHEN sender_pubkey = '' THEN items END), 0),
+	COALESCE(SUM(CASE WHEN sender_pubkey = '' THEN bytes END), 0),
+	COALESCE(SUM(CASE WHEN sender_pubkey = ?2 THEN items END), 0),
+	COALESCE(SUM(CASE WHEN sender_pubkey = ?2 THEN bytes END), 0)
+FROM usage WHERE target_pubkey = ?1 AND sender_pubkey IN ('', ?2)`, target, sender).
+		Scan(&u.Target.Items, &u.Target.Bytes, &u.Sender.Items, &u.Sender.Bytes)
+	if err != nil {
 		return u, fmt.Errorf("usage: %w", err)
 	}
 	return u, nil
@@ -296,15 +314,11 @@ WHERE e.account = ? AND e.revoked_at IS NULL`, account).Scan(&c.Items, &c.Bytes)
 
 // addUsage adds (items, bytes) to the target's total and to the sender's share.
 func (t *tx) addUsage(target, sender string, items, bytes int64) error {
-	for _, s := range []string{"", sender} {
-		if _, err := t.q.ExecContext(bg, `
-INSERT INTO usage(target_pubkey, sender_pubkey, items, bytes) VALUES(?, ?, ?, ?)
+	_, err := t.q.ExecContext(bg, `
+INSERT INTO usage(target_pubkey, sender_pubkey, items, bytes) VALUES(?1, '', ?3, ?4), (?1, ?2, ?3, ?4)
 ON CONFLICT(target_pubkey, sender_pubkey) DO UPDATE SET items = items + excluded.items,
-	bytes = bytes + excluded.bytes`, target, s, items, bytes); err != nil {
-			return err
-		}
-	}
-	return nil
+	bytes = bytes + excluded.bytes`, target, sender, items, bytes)
+	return err
 }
 
 // allocSeq returns max(next_seq, atMS) for target and advances next_seq past it.
@@ -322,15 +336,24 @@ ON CONFLICT(target_pubkey) DO UPDATE SET next_seq = excluded.next_seq`, target, 
 	return seq, nil
 }
 
+// InsertItem implements relayserver.Tx in four statements. The dedup row goes first, with the
+// seq computed in the same statement: an existing (sender, item id, target) fails it before
+// anything has changed.
 func (t *tx) InsertItem(it relayserver.Item) (int64, error) {
 	at := ms(it.AcceptedAt)
-	if _, err := t.Dedup(it.Sender, it.ItemID, it.Target); err == nil {
+	var seq int64
+	err := t.q.QueryRowContext(bg, `INSERT INTO dedup(sender_pubkey, item_id, target_pubkey, wire_hash,
+	seq, accepted_at)
+VALUES(?1, ?2, ?3, ?4, max(COALESCE((SELECT next_seq FROM seqs WHERE target_pubkey = ?3), 0), ?5, 1), ?5)
+RETURNING seq`, it.Sender, it.ItemID, it.Target, it.WireHash, at).Scan(&seq)
+	if isUnique(err) {
 		return 0, fmt.Errorf("insert item %s: %w", it.ItemID, relayserver.ErrDuplicate)
-	} else if !errors.Is(err, relayserver.ErrNotFound) {
-		return 0, fmt.Errorf("insert item: %w", err)
 	}
-	seq, err := t.allocSeq(it.Target, at)
 	if err != nil {
+		return 0, fmt.Errorf("insert item: dedup: %w", err)
+	}
+	if _, err := t.q.ExecContext(bg, `INSERT INTO seqs(target_pubkey, next_seq) VALUES(?, ?)
+ON CONFLICT(target_pubkey) DO UPDATE SET next_seq = excluded.next_seq`, it.Target, seq+1); err != nil {
 		return 0, fmt.Errorf("insert item: seq: %w", err)
 	}
 	n := int64(len(it.Wire))
@@ -339,11 +362,6 @@ func (t *tx) InsertItem(it relayserver.Item) (int64, error) {
 		it.Target, seq, string(it.Kind), it.ItemID, it.Sender, it.WireHash, n, at, ms(it.ExpiresAt),
 		it.Wire); err != nil {
 		return 0, fmt.Errorf("insert item: %w", err)
-	}
-	if _, err := t.q.ExecContext(bg, `INSERT INTO dedup(sender_pubkey, item_id, target_pubkey,
-	wire_hash, seq, accepted_at) VALUES(?, ?, ?, ?, ?, ?)`,
-		it.Sender, it.ItemID, it.Target, it.WireHash, seq, at); err != nil {
-		return 0, fmt.Errorf("insert item: dedup: %w", err)
 	}
 	if err := t.addUsage(it.Target, it.Sender, 1, n); err != nil {
 		return 0, fmt.Errorf("insert item: usage: %w", err)

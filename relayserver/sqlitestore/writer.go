@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 
 	"github.com/agentmbx/agentmbx/internal/failpoint"
 	"github.com/agentmbx/agentmbx/relayserver"
@@ -43,6 +44,8 @@ type writer struct {
 	// beforeCommit, when set (tests), runs before COMMIT with the group size; an error fails the
 	// commit.
 	beforeCommit func(n int) error
+
+	commits, units atomic.Int64 // committed transactions and the units they carried
 }
 
 func newWriter(conn *sql.Conn, maxGroup int) *writer {
@@ -130,7 +133,7 @@ func (w *writer) failQueued() {
 func (w *writer) group(first *writeReq) {
 	bg := context.Background()
 	batch := []*writeReq{first}
-	if _, err := w.conn.ExecContext(bg, "BEGIN IMMEDIATE"); err != nil {
+	if _, err := w.q.ExecContext(bg, "BEGIN IMMEDIATE"); err != nil {
 		w.finish(batch, fmt.Errorf("begin: %v: %w", err, relayserver.ErrCommit))
 		return
 	}
@@ -149,7 +152,7 @@ func (w *writer) group(first *writeReq) {
 		broken = w.runUnit(t, r)
 	}
 	if broken != nil {
-		_, _ = w.conn.ExecContext(bg, "ROLLBACK")
+		_, _ = w.q.ExecContext(bg, "ROLLBACK")
 		w.finish(batch, fmt.Errorf("%v: %w", broken, relayserver.ErrCommit))
 		return
 	}
@@ -158,14 +161,16 @@ func (w *writer) group(first *writeReq) {
 		err = w.beforeCommit(len(batch))
 	}
 	if err == nil {
-		_, err = w.conn.ExecContext(bg, "COMMIT")
+		_, err = w.q.ExecContext(bg, "COMMIT")
 	}
 	if err != nil {
-		_, _ = w.conn.ExecContext(bg, "ROLLBACK")
+		_, _ = w.q.ExecContext(bg, "ROLLBACK")
 		w.finish(batch, fmt.Errorf("commit: %v: %w", err, relayserver.ErrCommit))
 		return
 	}
 	_ = failpoint.Inject(FailAfterCommit)
+	w.commits.Add(1)
+	w.units.Add(int64(len(batch)))
 	for _, r := range batch {
 		close(r.done)
 	}
