@@ -434,7 +434,7 @@ func (h *Host) RelaySet(ctx context.Context, req api.RelaySetRequest) (api.Relay
 		}
 		lim := info.Limits
 		return saveRelayTx(tx, &relayState{URL: pin.URL, RelayKey: pin.RelayKey, PinnedAt: mbx.ISOTime(h.clock()),
-			TOFU: fp == "", Limits: &lim})
+			TOFU: fp == "", Limits: &lim, Epoch: info.Epoch})
 	})
 	if err != nil {
 		return api.RelayStatus{}, fmt.Errorf("host: relay set: %w", err)

@@ -25,6 +25,7 @@ func newRelayCmd() *cobra.Command {
 		Args:  cobra.NoArgs,
 	}
 	cmd.AddCommand(newRelayServeCmd(), newRelayKeygenCmd())
+	cmd.AddCommand(relayHostCommands()...)
 	return cmd
 }
 

@@ -1,0 +1,236 @@
+package main
+
+// The host's side of the relay: `agentmbx relay set | unset | status | quarantine`. Like every
+// host command they go through the daemon when one runs and to the store otherwise.
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/agentmbx/agentmbx/api"
+	"github.com/agentmbx/agentmbx/mbx"
+)
+
+// relayHostCommands are the relay subcommands that configure and inspect this host's use of a
+// relay (registered by newRelayCmd beside serve and keygen).
+func relayHostCommands() []*cobra.Command {
+	return []*cobra.Command{newRelaySetCmd(), newRelayUnsetCmd(), newRelayStatusCmd(), newRelayQuarantineCmd()}
+}
+
+// relay returns the host's relay side: the daemon's over its socket, or the store's.
+func (c *conn) relay() api.RelayService {
+	if c.host != nil {
+		return c.host
+	}
+	return c.daemon
+}
+
+func newRelaySetCmd() *cobra.Command {
+	var (
+		home, key string
+		asJSON    bool
+	)
+	cmd := &cobra.Command{
+		Use:   "set URL [--key FINGERPRINT]",
+		Short: "Use the relay at URL for peers the LAN does not reach",
+		Long: `Pin the relay at URL: fetch its info, show its key's fingerprint and pin it. With --key the
+served key must have that fingerprint (or be that base64 key), else nothing is pinned; without it
+the key is trusted on first use, so compare the fingerprint with the relay's operator.
+
+If the relay later serves another key, this host stops using it and ` + "`agentmbx relay status`" + ` says
+so, until the owner confirms the new key by running relay set again (with --key).
+
+The daemon then enrols this host at the relay, publishes its enc-key ad and the list of peers
+allowed to send to it, and sends mail through the relay to peers it cannot reach on the LAN.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return withConn(cmd, home, func(ctx context.Context, c *conn) error {
+				st, err := c.relay().RelaySet(ctx, api.RelaySetRequest{URL: args[0], Key: key})
+				if err != nil {
+					return err
+				}
+				if asJSON {
+					return printJSON(cmd.OutOrStdout(), st)
+				}
+				w := cmd.OutOrStdout()
+				fmt.Fprintf(w, "relay:       %s\nfingerprint: %s\n", st.URL, st.Fingerprint)
+				if st.Replaced != "" {
+					fmt.Fprintf(w, "replaces the pinned key %s\n", st.Replaced)
+				}
+				if st.TOFU {
+					fmt.Fprintln(w, "trusted on first use: compare this fingerprint with the relay's operator, or pin with --key FINGERPRINT")
+				} else {
+					fmt.Fprintln(w, "the relay serves the key given with --key")
+				}
+				if !st.Daemon {
+					fmt.Fprintln(w, "the daemon enrols at the relay when it runs (`agentmbx daemon`)")
+				}
+				return nil
+			})
+		},
+	}
+	addHomeFlag(cmd, &home)
+	cmd.Flags().StringVar(&key, "key", "", "the relay key's fingerprint (xxxx-xxxx-xxxx-xxxx) to require instead of trusting the first answer")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the relay status as JSON")
+	return cmd
+}
+
+func newRelayUnsetCmd() *cobra.Command {
+	var home string
+	cmd := &cobra.Command{
+		Use:   "unset",
+		Short: "Stop using the relay",
+		Long: `Forget the pinned relay: nothing more is sent through it or pulled from it. Mail the relay
+already accepted waits for its delivery receipts (over the LAN) until its deadline.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return withConn(cmd, home, func(ctx context.Context, c *conn) error {
+				if _, err := c.relay().RelayUnset(ctx); err != nil {
+					return err
+				}
+				_, err := fmt.Fprintln(cmd.OutOrStdout(), "relay unset")
+				return err
+			})
+		},
+	}
+	addHomeFlag(cmd, &home)
+	return cmd
+}
+
+func newRelayStatusCmd() *cobra.Command {
+	var (
+		home   string
+		asJSON bool
+	)
+	cmd := &cobra.Command{
+		Use:   "status [--json]",
+		Short: "Show the pinned relay and what this host did with it",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return withConn(cmd, home, func(ctx context.Context, c *conn) error {
+				st, err := c.relay().RelayStatus(ctx)
+				if err != nil {
+					return err
+				}
+				if asJSON {
+					return printJSON(cmd.OutOrStdout(), st)
+				}
+				return printRelayStatus(cmd.OutOrStdout(), st)
+			})
+		},
+	}
+	addHomeFlag(cmd, &home)
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the status as JSON")
+	return cmd
+}
+
+func printRelayStatus(w io.Writer, st api.RelayStatus) error {
+	if !st.Configured {
+		_, err := fmt.Fprintf(w, "no relay set (pin one with `agentmbx relay set URL --key FINGERPRINT`)\nquarantined: %d\n", st.Quarantined)
+		return err
+	}
+	line := func(k, v string) { fmt.Fprintf(w, "%-14s %s\n", k+":", v) }
+	line("relay", st.URL)
+	fp := st.Fingerprint
+	if st.TOFU {
+		fp += " (trusted on first use)"
+	}
+	line("key", fp)
+	if st.Stopped && st.KeyChange != nil {
+		line("state", fmt.Sprintf("STOPPED: the relay served key %s, not the pinned %s (at %s)", st.KeyChange.Served, st.KeyChange.Pinned, st.KeyChange.At))
+		line("", "if the relay really has a new key, confirm it: agentmbx relay set "+st.URL+" --key "+st.KeyChange.Served)
+	} else {
+		line("state", "in use")
+	}
+	line("epoch", orDash(st.Epoch))
+	if st.Enrolled {
+		line("enrolled", "yes, at "+st.EnrolledAt)
+	} else {
+		line("enrolled", "no")
+	}
+	if st.EncAdAt != "" {
+		line("enc-key ad", "published "+st.EncAdAt+", expires "+st.EncAdExp)
+	} else {
+		line("enc-key ad", "not published")
+	}
+	if st.SendersAt != "" {
+		line("senders", fmt.Sprintf("%d peer keys, published %s", st.Senders, st.SendersAt))
+	} else {
+		line("senders", "not published")
+	}
+	recv := "through seq " + strconv.FormatInt(st.ReceivedThrough, 10)
+	if st.PositionEpoch != "" {
+		recv += " of epoch " + st.PositionEpoch
+	}
+	if st.Resets > 0 {
+		recv += fmt.Sprintf(" (%d resets)", st.Resets)
+	}
+	line("received", recv)
+	line("awaiting", fmt.Sprintf("%d relay-accepted messages wait for their delivery receipts", st.RelayAccepted))
+	line("quarantined", strconv.Itoa(st.Quarantined))
+	for _, p := range st.Problems {
+		line("problem", fmt.Sprintf("%s: %s (%s)", p.Op, p.Error, p.At))
+	}
+	if !st.Daemon {
+		line("daemon", "not running: nothing goes through the relay until `agentmbx daemon` runs")
+	}
+	return nil
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+func newRelayQuarantineCmd() *cobra.Command {
+	var (
+		home   string
+		asJSON bool
+	)
+	cmd := &cobra.Command{
+		Use:   "quarantine [--json]",
+		Short: "List the relay items this host refused (kept, never dropped)",
+		Long: `List the items pulled from the relay that this host could not take: from a host it has not
+paired with, badly signed, undecryptable, malformed. They are kept with their exact bytes. Items
+from a host that was not yet paired are taken as soon as it is.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return withConn(cmd, home, func(ctx context.Context, c *conn) error {
+				items, err := c.relay().RelayQuarantine(ctx)
+				if err != nil {
+					return err
+				}
+				if asJSON {
+					if items == nil {
+						items = []api.QuarantineItem{}
+					}
+					return printJSON(cmd.OutOrStdout(), items)
+				}
+				if len(items) == 0 {
+					_, err := fmt.Fprintln(cmd.OutOrStdout(), "nothing quarantined")
+					return err
+				}
+				rows := make([][]string, 0, len(items))
+				for _, it := range items {
+					sender := it.Host
+					if sender == "" && mbx.ValidPublicKey(it.Sender) {
+						sender = mbx.Fingerprint(it.Sender)
+					}
+					rows = append(rows, []string{it.At, strconv.FormatInt(it.Seq, 10), it.Kind, it.ItemID, sender,
+						it.Cause, strings.TrimSpace(it.Reason), it.Relay, it.Epoch})
+				}
+				return table(cmd.OutOrStdout(), []string{"AT", "SEQ", "KIND", "ITEM", "SENDER", "CAUSE", "REASON", "RELAY", "EPOCH"}, rows)
+			})
+		},
+	}
+	addHomeFlag(cmd, &home)
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the items as a JSON array")
+	return cmd
+}
