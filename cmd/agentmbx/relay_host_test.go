@@ -1,0 +1,216 @@
+package main
+
+// End-to-end through a real relay process: two host daemons (child processes) with no LAN route
+// between them (their peers are pinned from cards without an address) exchange mail, delivery
+// receipts and replies through `agentmbx relay serve`, also across a relay restart.
+
+import (
+	"encoding/json"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/agentmbx/agentmbx/api"
+	"github.com/agentmbx/agentmbx/relayserver"
+)
+
+// relayProc is a relay running as a child process.
+type relayProc struct {
+	t     *testing.T
+	dir   string // the store directory
+	addr  string // host:port
+	cmd   *exec.Cmd
+	done  chan struct{}
+	err   error
+	log   *syncBuffer
+	start time.Time
+}
+
+// startRelayProc runs `agentmbx relay serve` on listen (127.0.0.1:0 for a free port) over the
+// store in dir and waits until it listens.
+func startRelayProc(t *testing.T, dir, listen string) *relayProc {
+	t.Helper()
+	addrFile := dir + ".addr"
+	os.Remove(addrFile)
+	r := &relayProc{t: t, dir: dir, done: make(chan struct{}), log: &syncBuffer{}}
+	r.cmd = exec.Command(agentmbxPath(t), "relay", "serve", "--store-dir", dir, "--listen", listen, "--addr-file", addrFile)
+	r.cmd.Env = childEnv(relayserver.EnvRelayKey + "=")
+	r.cmd.Stdout, r.cmd.Stderr = r.log, r.log
+	if err := r.cmd.Start(); err != nil {
+		t.Fatalf("start relay: %v", err)
+	}
+	go func() {
+		r.err = r.cmd.Wait()
+		close(r.done)
+	}()
+	t.Cleanup(func() {
+		r.cmd.Process.Kill()
+		<-r.done
+		if t.Failed() {
+			t.Logf("relay log:\n%s", r.log.String())
+		}
+	})
+	deadline := time.Now().Add(e2eWait)
+	for {
+		select {
+		case <-r.done:
+			t.Fatalf("relay exited: %v\n%s", r.err, r.log.String())
+		default:
+		}
+		if b, err := os.ReadFile(addrFile); err == nil {
+			addr := strings.TrimSpace(string(b))
+			if _, port, err := net.SplitHostPort(addr); err == nil && port != "0" {
+				r.addr = addr
+				return r
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("relay did not write its address\n%s", r.log.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// stop sends SIGTERM and waits for a clean exit.
+func (r *relayProc) stop() {
+	r.t.Helper()
+	if err := r.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		r.t.Fatal(err)
+	}
+	select {
+	case <-r.done:
+	case <-time.After(e2eWait):
+		r.t.Fatalf("relay did not stop\n%s", r.log.String())
+	}
+	if r.err != nil {
+		r.t.Fatalf("relay exited with %v after SIGTERM\n%s", r.err, r.log.String())
+	}
+}
+
+// pinWithoutLAN pins every node to every other from a card that names no LAN address: the hosts
+// can reach each other through the relay only.
+func pinWithoutLAN(t *testing.T, nodes ...*node) {
+	t.Helper()
+	for _, a := range nodes {
+		card := a.must("id", "--card")
+		for _, b := range nodes {
+			if a != b {
+				b.mustIn(card, "peers", "add", "-", "--yes")
+			}
+		}
+	}
+}
+
+func (n *node) relayStatus() api.RelayStatus {
+	n.t.Helper()
+	var st api.RelayStatus
+	n.mustJSON(&st, "relay", "status")
+	return st
+}
+
+func TestE2ERelayNoLANRoute(t *testing.T) {
+	if testing.Short() {
+		t.Skip("end-to-end test")
+	}
+	dir := e2eDir(t)
+	relay := startRelayProc(t, filepath.Join(dir, "relay"), freePort(t))
+	url := "http://" + relay.addr
+	a, b := newNode(t, dir, "alpha"), newNode(t, dir, "beta")
+	a.must("agents", "add", "alice")
+	b.must("agents", "add", "bob")
+	pinWithoutLAN(t, a, b)
+	for _, n := range []*node{a, b} {
+		for _, p := range func() []api.Peer { var ps []api.Peer; n.mustJSON(&ps, "peers"); return ps }() {
+			if p.Addr != "" {
+				t.Fatalf("%s pinned %s with LAN address %s", n.name, p.Host, p.Addr)
+			}
+		}
+	}
+
+	// alpha pins the relay without a daemon (trust on first use), beta with the key through its
+	// running daemon.
+	out := a.must("relay", "set", url)
+	m := regexp.MustCompile(`(?m)^fingerprint: (\S+)$`).FindStringSubmatch(out)
+	if m == nil || !strings.Contains(out, "trusted on first use") {
+		t.Fatalf("relay set printed:\n%s", out)
+	}
+	fp := m[1]
+	b.start()
+	if r := b.run("relay", "set", url, "--key", "0000-0000-0000-0000"); r.code == 0 || !strings.Contains(r.stderr, "another key") {
+		t.Fatalf("relay set with a wrong --key: exit %d, stderr %q", r.code, r.stderr)
+	}
+	if out := b.must("relay", "set", url, "--key", fp); strings.Contains(out, "trusted on first use") {
+		t.Fatalf("relay set --key printed:\n%s", out)
+	}
+	a.start()
+	for _, n := range []*node{a, b} {
+		n.waitFor("enrolment at the relay", func() (bool, string) {
+			st := n.relayStatus()
+			return st.Enrolled && st.Senders == 1 && st.EncAdExp != "" && st.Daemon, fmt.Sprintf("%+v", st)
+		})
+	}
+
+	id := a.send("alice", "bob@beta", "through the relay", "no LAN between us")
+	got := b.waitMail("bob", id)
+	if got.Body != "no LAN between us" || got.From != "alice@alpha" {
+		t.Fatalf("bob got %+v", got)
+	}
+	b.must("ack", id, "--as", "bob", "--note", "seen")
+	a.waitSent(id, "acked", "bob@beta")
+	rows := a.outboxRows(id)
+	if len(rows) != 1 || rows[0].State != "done" || rows[0].Transport != "relay" || rows[0].Relay != url ||
+		rows[0].Seq <= 0 || rows[0].Epoch == "" || rows[0].AcceptedAt == "" || rows[0].Deadline == "" {
+		t.Fatalf("alpha's outbox row = %+v", rows)
+	}
+
+	// The relay restarts (same store, same port) while a message is on its way.
+	relay.stop()
+	id2 := a.send("alice", "bob@beta", "while the relay was down", "queued at alpha")
+	a.waitFor("a failed push", func() (bool, string) {
+		rows := a.outboxRows(id2)
+		return len(rows) == 1 && rows[0].Attempts > 0 && rows[0].State == "pending", fmt.Sprintf("%+v", rows)
+	})
+	relay = startRelayProc(t, relay.dir, relay.addr)
+	b.waitMail("bob", id2)
+	a.waitSent(id2, "delivered", "bob@beta")
+
+	// And back.
+	rep := b.send("bob", "alice@alpha", "re: through the relay", "reply by relay")
+	a.waitMail("alice", rep)
+	b.waitSent(rep, "notified", "alice@alpha")
+
+	var q []api.QuarantineItem
+	for _, n := range []*node{a, b} {
+		n.mustJSON(&q, "relay", "quarantine")
+		if len(q) != 0 {
+			t.Fatalf("%s quarantined %+v", n.name, q)
+		}
+		st := n.relayStatus()
+		if st.Stopped || st.RelayAccepted != 0 || st.ReceivedThrough == 0 || st.Fingerprint != fp {
+			t.Fatalf("%s relay status = %+v", n.name, st)
+		}
+	}
+	if out := a.must("relay", "status"); !strings.Contains(out, "in use") || !strings.Contains(out, fp) {
+		t.Fatalf("relay status printed:\n%s", out)
+	}
+	a.stop()
+	b.stop()
+
+	// Without a daemon the commands work on the store.
+	st := a.relayStatus()
+	if st.Daemon || !st.Configured {
+		t.Fatalf("status without a daemon = %+v", st)
+	}
+	a.must("relay", "unset")
+	var after api.RelayStatus
+	if err := json.Unmarshal([]byte(a.must("relay", "status", "--json")), &after); err != nil || after.Configured {
+		t.Fatalf("status after unset = %+v, %v", after, err)
+	}
+}
