@@ -54,6 +54,13 @@
 // `agentmbx join` do when a daemon runs). The session state travels as the service's own JSON
 // (host.PairingState).
 //
+// # Relay
+//
+// A service that also implements api.RelayService (*host.Host does) answers the relay routes, and
+// the Client implements api.RelayService over them: RelayStatus, RelaySet (the daemon fetches the
+// relay's info and pins its key), RelayUnset and RelayQuarantine. This is what `agentmbx relay
+// set | unset | status | quarantine` use while a daemon runs.
+//
 // # The wire
 //
 // HTTP/1.1 on the Unix socket <home>/agentmbx.sock (api.SocketName, mode 0600, so only the host

@@ -46,7 +46,8 @@ type ErrorCoder interface {
 // by svc's ErrorCoder if it has one, else CodeOf; hint by the error's Hint method, if any). A host
 // daemon serves it on its socket.
 //
-// Options add optional routes: WithPairing serves LAN pairing.
+// Options add optional routes: WithPairing serves LAN pairing. The relay routes are served when
+// svc also implements api.RelayService.
 func NewHandler(svc api.Service, opts ...HandlerOption) http.Handler {
 	h := &handler{svc: svc}
 	h.coder, _ = svc.(ErrorCoder)

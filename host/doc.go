@@ -1,6 +1,6 @@
 // Package host is an agentmbx host: its identity and store, its peers and agents, the local
-// mailbox, sending and receiving over the LAN, delivery receipts, the outbox loop and the daemon.
-// *Host implements api.Service on the store; the daemon (RunDaemon) serves the same Host on the
+// mailbox, sending and receiving over the LAN and through a relay, delivery receipts, the outbox
+// loop and the daemon. *Host implements api.Service (and api.RelayService) on the store; the daemon (RunDaemon) serves the same Host on the
 // control socket, so a command works the same whether or not a daemon runs.
 //
 // # Home
@@ -32,12 +32,24 @@
 //	rstate    msg id ‖ recipient → the last accepted delivery receipt {host, state, seq, at, note}
 //	seen      msg id → {host, at}: received ids, for dedup (kept SeenRetention, 60 days)
 //	seen_at   be64(at) ‖ msg id → "": the prune index of seen
+//	relay     "state" → the pinned relay and what this host knows of it (see Relay below)
 //	outbox    the outbox package's buckets (rows, wire bytes and their indexes)
+//	quarantine, relay-positions   the quarantine and inbox packages' buckets: relay items this
+//	          host refused, and the receive checkpoint per relay
+//
+// # Addresses
+//
+// Addresses are read with mbx.ParseAddress. Routing is the host's own (routeAddresses when
+// sending, expandIncomingTx when receiving), and differs from mbx.ExpandRecipients on purpose:
+// a bare name goes to the local agent of that name and to every paired host (a host does not
+// know its peers' agents); * and role:ROLE leave out the sending agent; "owner" is always the
+// sending host's owner, never delivered on a receiving host; name@thishost registers the agent
+// on first use. Roles are assigned with the agent-name spelling, so a role address in another
+// spelling matches no local agent but still goes to every peer.
 //
 // # Sending
 //
-// Send validates the request, expands the addresses (name@host, bare name, role:ROLE, *, owner;
-// see routeAddresses), builds the envelope, seals it once per target host (mbx.Envelope.Seal),
+// Send validates the request, expands the addresses (see Addresses), builds the envelope, seals it once per target host (mbx.Envelope.Seal),
 // and commits in one transaction, shared with concurrent senders through bbolt's Batch: the
 // local copies (delivered), the sender's copy, the sent record and one outbox row per host with
 // its sealed wire bytes. It answers only after that commit (fsync). The outbox loop sends the
@@ -66,10 +78,38 @@
 // # The outbox loop
 //
 // See pass.go: a pass reads the due rows only, sends each host's rows on its own goroutine over
-// a Transport (the LAN now; the relay later), and records outcomes in one transaction per host.
+// a Transport per row (the LAN, or the pinned relay: see relay_send.go), and records outcomes in
+// one transaction per host and transport.
 // A verified inbound hop from a host makes its rows due at once. A row that ends without
 // delivery (72 h, or a rejection) sends its local sender an alert from the pseudo-sender "mbx":
 // "Undelivered to <host>: <subject>" with the reason.
+//
+// # Relay
+//
+// The relay is the second transport, for peers the LAN does not reach (relay.go and the
+// relay_*.go files). The owner pins it (RelaySet: URL and relay key, checked against --key or
+// trusted on first use); a served key other than the pinned one stops all relay use until the
+// owner confirms the new key with RelaySet again. The daemon enrols with the host key and
+// publishes the v2 enc-key ad (daily) and the sender allowlist (the peers' keys, when they
+// change), re-enrolling when the relay forgets the host or changes epoch; every publication is
+// checked and a refusal shows in RelayStatus.
+//
+// Sending: a row goes to the relay when the peer has no LAN address, its LAN address did not
+// answer lately, or the row's LAN attempts failed twice; always when due (next_at). The row's
+// persisted wire bytes are pushed, and the row becomes relay-accepted only on an accept statement
+// that verifies for that row, checked again in the transaction that records it. It is settled by
+// the target's delivery receipt (over the relay or the LAN), or ends unconfirmed at its own
+// deadline (accepted_at + retention + 24 h) with an alert, or expired on the relay's signed
+// expiry notice. Relay-accepted rows never go over the LAN.
+//
+// Receiving: an inbox.Receiver per relay pulls pages after the checkpoint and hands each item, in
+// seq order, to relayHandler inside the transaction that moves the checkpoint: envelopes through
+// PrepareEnvelope and CommitEnvelopeTx (the LAN's receive path), receipts through
+// AcceptReceiptTx, expiry notices to the outbox. Refused items go to the quarantine (never
+// dropped); those from a host not yet paired are taken when PinPeer pins it. An epoch change or a
+// rewind resets the checkpoint to 0 and re-pushes every relay-accepted row still waiting for its
+// receipt; a repeated envelope re-sends the current delivery receipts. Receipts to a host reached
+// only through the relay go through it too.
 //
 // # Caveats
 //

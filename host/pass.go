@@ -18,10 +18,12 @@ import (
 // A pass reads the due rows (the outbox's due index: O(due rows)), groups them by target host
 // and sends each host's rows in one go on its own goroutine, so a slow or unreachable peer never
 // holds up the others; a host whose previous send is still in flight is skipped until it
-// returns. Each host's outcomes are recorded in one transaction: delivered rows end done, failed
-// ones back off (min(5 s · 2^attempts, 1 h)), rejected ones end rejected and their sender gets an
-// alert in the same transaction. A sweep ends the rows past their deadline (72 h without
-// delivery) with the same alert.
+// returns. Within a host, each row goes over the transport transportFor picks (LAN or relay).
+// Each host's outcomes are recorded in one transaction per transport: delivered rows end done,
+// relay-accepted ones wait for their receipts, failed ones back off (min(5 s · 2^attempts, 1 h)),
+// retryable rejections too, other rejections end rejected and their sender gets an alert in the
+// same transaction. A sweep ends the rows past their deadline (72 h without delivery; for
+// relay-accepted rows accepted_at + retention + 24 h) with the same alert.
 const (
 	// passLimit bounds the rows one pass reads.
 	passLimit = 2000

@@ -171,6 +171,7 @@ type relayRuntime struct {
 	mu       sync.Mutex
 	link     *relayLink
 	problems map[string]string // op → the error last recorded (mirror of the record)
+	epoch    string            // the epoch last recorded for link (mirror of the record)
 	lanDown  map[string]time.Time
 	recv     *inbox.Receiver // the daemon's (or a test's) receiver for link
 
@@ -222,6 +223,7 @@ func (h *Host) relayLink() (*relayLink, error) {
 	}
 	h.rl.link = &relayLink{pin: s.pin(), c: c}
 	h.rl.recv = nil
+	h.rl.epoch = s.Epoch
 	h.rl.problems = map[string]string{}
 	for op, p := range s.Problems {
 		h.rl.problems[op] = p.Error
@@ -329,6 +331,12 @@ func (h *Host) relayEpochSeen(l *relayLink, epoch string) bool {
 	if epoch == "" || len(epoch) > inbox.MaxEpochLen {
 		return false
 	}
+	h.rl.mu.Lock()
+	known := h.rl.link == l && h.rl.epoch == epoch
+	h.rl.mu.Unlock()
+	if known {
+		return false
+	}
 	changed, repushed := false, 0
 	_, err := h.updateRelay(l.pin.URL, l.pin.RelayKey, func(tx *bbolt.Tx, s *relayState) error {
 		changed, repushed = false, 0
@@ -362,6 +370,11 @@ func (h *Host) relayEpochSeen(l *relayLink, epoch string) bool {
 		h.log.Error("recording the relay epoch", "relay", l.pin.URL, "err", err)
 		return false
 	}
+	h.rl.mu.Lock()
+	if h.rl.link == l {
+		h.rl.epoch = epoch
+	}
+	h.rl.mu.Unlock()
 	if changed {
 		h.log.Warn("relay epoch changed: re-pushing relay-accepted rows, pulling again from 0, enrolling again",
 			"relay", l.pin.URL, "epoch", epoch, "repush", repushed)

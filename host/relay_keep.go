@@ -50,6 +50,7 @@ func (h *Host) relayKeep(ctx context.Context, force bool) error {
 		return nil // unpinned meanwhile
 	}
 	lim := info.Limits
+	dirty := s.Limits == nil || *s.Limits != lim
 	s.Limits = &lim
 	hostKey := h.key.PublicKey()
 	now := h.clock()
@@ -84,6 +85,7 @@ func (h *Host) relayKeep(ctx context.Context, force bool) error {
 		} else {
 			h.relayProblem(l, opEncAd, nil)
 			s.EncAd = &relayEncAd{Epoch: info.Epoch, EncPub: encPub, At: mbx.ISOTime(now), Exp: pub.Exp}
+			dirty = true
 			h.log.Info("enc-key ad published at the relay", "relay", l.pin.URL, "exp", pub.Exp)
 		}
 	}
@@ -99,11 +101,14 @@ func (h *Host) relayKeep(ctx context.Context, force bool) error {
 		} else {
 			h.relayProblem(l, opSenders, nil)
 			s.Senders = &relaySenders{Epoch: info.Epoch, Hash: hash, Count: len(keys), At: mbx.ISOTime(now)}
+			dirty = true
 			h.log.Info("sender allowlist published at the relay", "relay", l.pin.URL, "senders", len(keys))
 		}
 	}
-	if err := h.saveKeep(l, s); err != nil {
-		return err
+	if dirty {
+		if err := h.saveKeep(l, s); err != nil {
+			return err
+		}
 	}
 	if enrol {
 		h.kickOutbox() // rows that failed for want of an enrolment
