@@ -13,3 +13,6 @@ func (s *Server) ParkedPulls() int { return s.polls.len() }
 
 // ParseWait is parseWait, for its table test.
 var ParseWait = parseWait
+
+// CheckEnvelopeWire is checkEnvelopeWire, for its fuzz test.
+var CheckEnvelopeWire = checkEnvelopeWire

@@ -1,6 +1,7 @@
 package relayserver
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -134,20 +135,18 @@ func (s *Server) checkItem(w *pushWork, sender string) {
 }
 
 // checkEnvelopeWire checks what the relay can see of an envelope: it is a JSON object whose id is
-// the item id, and its body is sealed (enc is an object).
+// the item id, and its body is sealed (enc is an object). Member values stay raw bytes: the sealed
+// body, most of the envelope, is scanned once and never decoded.
 func checkEnvelopeWire(itemID string, wire []byte) string {
-	v, err := mbx.ParseJSON(wire)
-	if err != nil {
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(wire, &m); err != nil || m == nil {
 		return RejectBadEnvelope
 	}
-	m, ok := v.(map[string]any)
-	if !ok {
-		return RejectBadEnvelope
-	}
-	if id, _ := m["id"].(string); id != itemID {
+	var id string
+	if err := json.Unmarshal(m["id"], &id); err != nil || id != itemID {
 		return RejectEnvelopeID
 	}
-	if enc, ok := m["enc"].(map[string]any); !ok || enc == nil {
+	if enc := m["enc"]; len(enc) == 0 || enc[0] != '{' {
 		return RejectNotSealed
 	}
 	return ""
@@ -159,40 +158,31 @@ func (s *Server) storeItem(tx Tx, w *pushWork, sender string, now time.Time) err
 	w.seqs = make([]int64, len(w.targets))
 	w.dup = true
 	for i, t := range w.targets {
-		d, err := tx.Dedup(sender, w.itemID, t.pub)
-		if err == nil {
-			if d.WireHash != t.hash {
+		a, err := tx.Admission(sender, w.itemID, t.pub)
+		if err != nil {
+			return err
+		}
+		if a.Duplicate {
+			if a.Dedup.WireHash != t.hash {
 				return reject(RejectConflict)
 			}
-			w.seqs[i] = d.Seq
-			if w.firstAt.IsZero() || d.AcceptedAt.Before(w.firstAt) {
-				w.firstAt = d.AcceptedAt
+			w.seqs[i] = a.Dedup.Seq
+			if w.firstAt.IsZero() || a.Dedup.AcceptedAt.Before(w.firstAt) {
+				w.firstAt = a.Dedup.AcceptedAt
 			}
 			continue
 		}
-		if !errors.Is(err, ErrNotFound) {
-			return err
-		}
 		w.dup = false
-		e, err := tx.Enrolment(t.pub)
-		if errors.Is(err, ErrNotFound) {
+		switch {
+		case !a.Enrolled:
 			return reject(RejectNotEnrolled)
-		}
-		if err != nil {
-			return err
-		}
-		if !e.Live() {
+		case !a.Target.Live():
 			return reject(RejectRevoked)
-		}
-		ok, err := tx.SenderAllowed(t.pub, sender)
-		if err != nil {
-			return err
-		}
-		if !ok {
+		case !a.Allowed:
 			return reject(RejectSender)
 		}
-		if err := s.checkQuota(tx, e, sender, int64(len(t.wire))); err != nil {
-			return err
+		if code := s.quotaCode(a, int64(len(t.wire))); code != "" {
+			return reject(code)
 		}
 		seq, err := tx.InsertItem(Item{Target: t.pub, Kind: w.kind, ItemID: w.itemID, Sender: sender,
 			Wire: t.wire, WireHash: t.hash, AcceptedAt: now, ExpiresAt: now.Add(s.lim.Retention())})
@@ -207,37 +197,31 @@ func (s *Server) storeItem(tx Tx, w *pushWork, sender string, now time.Time) err
 	return nil
 }
 
-// checkQuota refuses an item that would take the target's queue, the sender's share of it, or
-// the target's proven account over its limits (spec §7). An unproven owner claim is never charged.
-func (s *Server) checkQuota(tx Tx, target Enrolment, sender string, n int64) error {
-	u, err := tx.Usage(target.HostPubkey, sender)
-	if err != nil {
-		return err
-	}
+// quotaCode is the rejection of an item of n bytes that would take the target's queue, the
+// sender's share of it, or the target's proven account over its limits (spec §7); "" when it
+// fits. An unproven owner claim is never charged.
+func (s *Server) quotaCode(a Admission, n int64) string {
+	u := a.Usage
 	switch {
 	case u.Target.Items+1 > s.lim.MaxQueueItems:
-		return reject(RejectQueueItems)
+		return RejectQueueItems
 	case u.Target.Bytes+n > s.lim.MaxQueueBytes:
-		return reject(RejectQueueBytes)
+		return RejectQueueBytes
 	case u.Sender.Items+1 > s.lim.MaxSenderItems:
-		return reject(RejectSenderItems)
+		return RejectSenderItems
 	case u.Sender.Bytes+n > s.lim.MaxSenderBytes:
-		return reject(RejectSenderBytes)
+		return RejectSenderBytes
 	}
-	if target.Account == "" {
-		return nil
-	}
-	a, err := tx.AccountUsage(target.Account)
-	if err != nil {
-		return err
+	if a.Target.Account == "" {
+		return ""
 	}
 	switch {
-	case a.Items+1 > s.lim.MaxOwnerItems:
-		return reject(RejectOwnerItems)
-	case a.Bytes+n > s.lim.MaxOwnerBytes:
-		return reject(RejectOwnerBytes)
+	case a.Account.Items+1 > s.lim.MaxOwnerItems:
+		return RejectOwnerItems
+	case a.Account.Bytes+n > s.lim.MaxOwnerBytes:
+		return RejectOwnerBytes
 	}
-	return nil
+	return ""
 }
 
 func countFunc[T any](s []T, f func(T) bool) int {

@@ -202,7 +202,19 @@ func readBody(w http.ResponseWriter, r *http.Request, max int64) ([]byte, error)
 	if r.ContentLength > max {
 		return nil, fmt.Errorf("%w: %d bytes, the cap is %d", ErrTooLarge, r.ContentLength, max)
 	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, max))
+	rd := http.MaxBytesReader(w, r.Body, max)
+	var body []byte
+	var err error
+	if r.ContentLength >= 0 {
+		// The declared length (at most max) sizes the buffer at once; a body that turns out longer
+		// grows it, up to the cap.
+		var buf bytes.Buffer
+		buf.Grow(int(r.ContentLength) + 1)
+		_, err = buf.ReadFrom(rd)
+		body = buf.Bytes()
+	} else {
+		body, err = io.ReadAll(rd)
+	}
 	if err != nil {
 		var mb *http.MaxBytesError
 		if errors.As(err, &mb) {

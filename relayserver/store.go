@@ -80,6 +80,11 @@ type Tx interface {
 	// allowlist, else whether sender is on it.
 	SenderAllowed(target, sender string) (bool, error)
 
+	// Admission reads, from the transaction's state and in one go, everything the relay checks
+	// before it inserts an item of sender for target: the dedup row of (sender, itemID, target),
+	// the target's enrolment, whether the target accepts sender, and the counts its quotas need.
+	// It equals Dedup, Enrolment, SenderAllowed, Usage and AccountUsage called in turn.
+	Admission(sender, itemID, target string) (Admission, error)
 	// Dedup returns the dedup row of (sender, itemID, target), or ErrNotFound.
 	Dedup(sender, itemID, target string) (Dedup, error)
 	// Usage returns what target's queue holds in total and from sender.

@@ -143,3 +143,22 @@ type Meta struct {
 	// Heartbeat is the last recorded heartbeat (zero when none).
 	Heartbeat time.Time
 }
+
+// Admission is what the relay checks before it inserts an item of a sender for a target
+// (Tx.Admission).
+type Admission struct {
+	// Duplicate reports that (sender, item id, target) is stored already; Dedup is its row.
+	Duplicate bool
+	Dedup     Dedup
+	// Enrolled reports that the target key is known; Target is its enrolment.
+	Enrolled bool
+	Target   Enrolment
+	// Allowed reports that the target accepts the sender: it published no allowlist, or the
+	// sender is on it.
+	Allowed bool
+	// Usage is what the target's queue holds, in total and from the sender.
+	Usage Usage
+	// Account is what the queues of all live hosts of the target's proven account hold (zero
+	// when the target proved none).
+	Account Counts
+}

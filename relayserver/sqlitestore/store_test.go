@@ -667,3 +667,104 @@ func TestClosedStoreRefusesUpdates(t *testing.T) {
 		t.Fatalf("Update after Close = %v, want ErrClosed", err)
 	}
 }
+
+// TestAdmissionMatchesParts checks that the one-statement Admission reads what Dedup, Enrolment,
+// SenderAllowed, Usage and AccountUsage read one by one, over targets in every state.
+func TestAdmissionMatchesParts(t *testing.T) {
+	s := openT(t, t.TempDir())
+	at := time.UnixMilli(1000)
+	snd, other := key(90), key(91)
+	// 1: plain host with items; 2, 3: hosts of account "acme" with items; 4: revoked member of
+	// acme with items (not charged to the account); 5: allowlist without snd; 6: allowlist with
+	// snd; 7: never enrolled.
+	for i, e := range []relayserver.Enrolment{
+		{HostPubkey: key(1), HostName: "one"},
+		{HostPubkey: key(2), HostName: "two", Account: "acme", Org: "o", AuthorizedBy: "sso", AuthorityRank: 2},
+		{HostPubkey: key(3), HostName: "three", Account: "acme", AuthorizedBy: "sso", AuthorityRank: 2},
+		{HostPubkey: key(4), HostName: "four", Account: "acme", AuthorizedBy: "sso", AuthorityRank: 2, RevokedAt: at},
+		{HostPubkey: key(5), HostName: "five"},
+		{HostPubkey: key(6), HostName: "six"},
+	} {
+		e.EnrolledAt = at.Add(time.Duration(i) * time.Millisecond)
+		if e.AuthorizedBy == "" {
+			e.AuthorizedBy = "host-key"
+		}
+		if err := enrol(t, s, e); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i, tgt := range []string{key(1), key(2), key(2), key(3), key(4)} {
+		insert(t, s, item(tgt, snd, fmt.Sprintf("s%d", i), fmt.Sprintf("wire-%d", i), 2000))
+		insert(t, s, item(tgt, other, fmt.Sprintf("o%d", i), fmt.Sprintf("other-wire-%d", i*i), 2000))
+	}
+	err := s.Update(ctx, func(tx relayserver.Tx) error {
+		if err := tx.PutSenderList(relayserver.SenderList{TargetPubkey: key(5), Senders: []string{other}, IAT: at, Record: []byte("{}")}); err != nil {
+			return err
+		}
+		return tx.PutSenderList(relayserver.SenderList{TargetPubkey: key(6), Senders: []string{other, snd}, IAT: at, Record: []byte("{}")})
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = s.Update(ctx, func(tx relayserver.Tx) error {
+		for _, c := range []struct{ sender, id, target string }{
+			{snd, "s0", key(1)}, {snd, "new", key(1)}, {other, "s0", key(1)},
+			{snd, "s1", key(2)}, {snd, "new", key(3)}, {snd, "s4", key(4)},
+			{snd, "new", key(5)}, {other, "new", key(5)}, {snd, "new", key(6)}, {snd, "new", key(7)},
+		} {
+			got, err := tx.Admission(c.sender, c.id, c.target)
+			if err != nil {
+				return err
+			}
+			want := relayserver.Admission{Dedup: relayserver.Dedup{Sender: c.sender, ItemID: c.id, Target: c.target}}
+			if d, err := tx.Dedup(c.sender, c.id, c.target); err == nil {
+				want.Duplicate, want.Dedup = true, d
+			} else if !errors.Is(err, relayserver.ErrNotFound) {
+				return err
+			}
+			if e, err := tx.Enrolment(c.target); err == nil {
+				want.Enrolled, want.Target = true, e
+				if e.Account != "" {
+					if want.Account, err = tx.AccountUsage(e.Account); err != nil {
+						return err
+					}
+				}
+			} else if !errors.Is(err, relayserver.ErrNotFound) {
+				return err
+			}
+			if want.Allowed, err = tx.SenderAllowed(c.target, c.sender); err != nil {
+				return err
+			}
+			if want.Usage, err = tx.Usage(c.target, c.sender); err != nil {
+				return err
+			}
+			if got != want {
+				t.Errorf("Admission(%s, %s, %s)\n got %+v\nwant %+v", c.sender[40:], c.id, c.target[40:], got, want)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The states above are all there: a duplicate, an account charge, a refusal by allowlist.
+	err = s.Update(ctx, func(tx relayserver.Tx) error {
+		a, err := tx.Admission(snd, "new", key(3))
+		if err != nil {
+			return err
+		}
+		if a.Account.Items != 6 || !a.Enrolled || a.Duplicate || !a.Allowed || a.Usage.Sender.Items != 1 {
+			return fmt.Errorf("admission to acme's three = %+v, want 6 items charged to acme", a)
+		}
+		if a, _ := tx.Admission(snd, "new", key(5)); a.Allowed {
+			return fmt.Errorf("admission by a sender off five's allowlist = %+v", a)
+		}
+		if a, _ := tx.Admission(snd, "s1", key(2)); !a.Duplicate || a.Dedup.Seq == 0 {
+			return fmt.Errorf("admission of a stored item = %+v", a)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}

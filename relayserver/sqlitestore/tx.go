@@ -269,6 +269,55 @@ SELECT CASE WHEN NOT EXISTS(SELECT 1 FROM sender_lists WHERE target_pubkey = ?1)
 	return n == 1, nil
 }
 
+// Admission implements relayserver.Tx in one statement.
+func (t *tx) Admission(sender, itemID, target string) (relayserver.Admission, error) {
+	a := relayserver.Admission{Dedup: relayserver.Dedup{Sender: sender, ItemID: itemID, Target: target}}
+	var (
+		hash                           sql.NullString
+		seq, at                        sql.NullInt64
+		pub, name, owner, account, org sql.NullString
+		authBy                         sql.NullString
+		rank, enrolled, revoked        sql.NullInt64
+		allowed                        int
+	)
+	err := t.q.QueryRowContext(bg, `SELECT d.wire_hash, d.seq, d.accepted_at,
+	e.host_pubkey, e.host_name, e.owner_fp, e.account, e.org, e.authorized_by, e.authority_rank,
+	e.enrolled_at, e.revoked_at,
+	CASE WHEN NOT EXISTS(SELECT 1 FROM sender_lists WHERE target_pubkey = ?3) THEN 1
+		WHEN EXISTS(SELECT 1 FROM sender_list_members WHERE target_pubkey = ?3 AND sender_pubkey = ?1)
+		THEN 1 ELSE 0 END,
+	COALESCE(ut.items, 0), COALESCE(ut.bytes, 0), COALESCE(us.items, 0), COALESCE(us.bytes, 0),
+	CASE WHEN e.account IS NULL THEN 0 ELSE (SELECT COALESCE(SUM(u.items), 0) FROM enrolments x
+		JOIN usage u ON u.target_pubkey = x.host_pubkey AND u.sender_pubkey = ''
+		WHERE x.account = e.account AND x.revoked_at IS NULL) END,
+	CASE WHEN e.account IS NULL THEN 0 ELSE (SELECT COALESCE(SUM(u.bytes), 0) FROM enrolments x
+		JOIN usage u ON u.target_pubkey = x.host_pubkey AND u.sender_pubkey = ''
+		WHERE x.account = e.account AND x.revoked_at IS NULL) END
+FROM (SELECT 1) one
+LEFT JOIN dedup d ON d.sender_pubkey = ?1 AND d.item_id = ?2 AND d.target_pubkey = ?3
+LEFT JOIN enrolments e ON e.host_pubkey = ?3
+LEFT JOIN usage ut ON ut.target_pubkey = ?3 AND ut.sender_pubkey = ''
+LEFT JOIN usage us ON us.target_pubkey = ?3 AND us.sender_pubkey = ?1`, sender, itemID, target).Scan(
+		&hash, &seq, &at, &pub, &name, &owner, &account, &org, &authBy, &rank, &enrolled, &revoked,
+		&allowed, &a.Usage.Target.Items, &a.Usage.Target.Bytes, &a.Usage.Sender.Items, &a.Usage.Sender.Bytes,
+		&a.Account.Items, &a.Account.Bytes)
+	if err != nil {
+		return a, fmt.Errorf("admission: %w", err)
+	}
+	if hash.Valid {
+		a.Duplicate = true
+		a.Dedup.WireHash, a.Dedup.Seq, a.Dedup.AcceptedAt = hash.String, seq.Int64, fromMS(at.Int64)
+	}
+	if pub.Valid {
+		a.Enrolled = true
+		a.Target = relayserver.Enrolment{HostPubkey: pub.String, HostName: name.String, OwnerFP: owner.String,
+			Account: account.String, Org: org.String, AuthorizedBy: authBy.String, AuthorityRank: int(rank.Int64),
+			EnrolledAt: fromMS(enrolled.Int64), RevokedAt: fromMS(revoked.Int64)}
+	}
+	a.Allowed = allowed == 1
+	return a, nil
+}
+
 func (t *tx) Dedup(sender, itemID, target string) (relayserver.Dedup, error) {
 	d := relayserver.Dedup{Sender: sender, ItemID: itemID, Target: target}
 	var at int64
