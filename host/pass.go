@@ -147,24 +147,32 @@ func (h *Host) sendHost(ctx context.Context, peer PeerRecord, rows []outbox.Row)
 	if len(stuck) > 0 {
 		h.record(ctx, peer.Host, stuck, failedAll(len(stuck), "re-push to the relay: "+why), outbox.TransportRelay)
 	}
+	// The two transports go at the same time: a LAN address that swallows packets does not hold
+	// up the rows for the relay.
+	var wg sync.WaitGroup
 	for _, part := range []struct {
 		rows []outbox.Row
 		tr   Transport
 	}{{lan, h.transports[outbox.TransportLAN]}, {relay, &relayTransport{h: h, l: link}}} {
-		if len(part.rows) == 0 || ctx.Err() != nil {
+		if len(part.rows) == 0 {
 			continue
 		}
-		sctx, cancel := context.WithTimeout(ctx, lanAttemptTimeout)
-		out := part.tr.Send(sctx, peer, part.rows)
-		cancel()
-		if ctx.Err() != nil {
-			return // shutting down: the rows stay due, the next start sends them again
-		}
-		if part.tr.Kind() == outbox.TransportLAN {
-			h.noteLAN(peer.Host, out)
-		}
-		h.record(ctx, peer.Host, part.rows, out, part.tr.Kind())
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			sctx, cancel := context.WithTimeout(ctx, lanAttemptTimeout)
+			out := part.tr.Send(sctx, peer, part.rows)
+			cancel()
+			if ctx.Err() != nil {
+				return // shutting down: the rows stay due, the next start sends them again
+			}
+			if part.tr.Kind() == outbox.TransportLAN {
+				h.noteLAN(peer.Host, out)
+			}
+			h.record(ctx, peer.Host, part.rows, out, part.tr.Kind())
+		}()
 	}
+	wg.Wait()
 }
 
 // record stores the outcomes of one host's attempt in one transaction.

@@ -73,6 +73,12 @@ func (h *Host) keepLoop(ctx context.Context) {
 			backoff = min(max(2*backoff, 5*time.Second), relayKeepEvery)
 			wait = backoff
 			h.log.Warn("relay enrolment or publication failed", "retry_in", wait, "err", err)
+			// The failure itself may have asked for a run (a refused hop): the backoff comes
+			// first, and the next run picks up whatever else changed meanwhile.
+			select {
+			case <-h.rl.keep:
+			default:
+			}
 		} else {
 			backoff = 0
 		}
