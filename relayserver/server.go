@@ -206,12 +206,10 @@ func readBody(w http.ResponseWriter, r *http.Request, max int64) ([]byte, error)
 	var body []byte
 	var err error
 	if r.ContentLength >= 0 {
-		// The declared length (at most max) sizes the buffer at once; a body that turns out longer
-		// grows it, up to the cap.
-		var buf bytes.Buffer
-		buf.Grow(int(r.ContentLength) + 1)
-		_, err = buf.ReadFrom(rd)
-		body = buf.Bytes()
+		// A declared length (at most max) is all the body there is (net/http stops reading there):
+		// one buffer of that size, filled.
+		body = make([]byte, r.ContentLength)
+		_, err = io.ReadFull(rd, body)
 	} else {
 		body, err = io.ReadAll(rd)
 	}
