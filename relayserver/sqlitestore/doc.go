@@ -19,6 +19,17 @@
 // every unit in it with relayserver.ErrCommit. Reads use other connections and see committed
 // state only.
 //
+// # Cost of a write
+//
+// A commit is one fsync of the WAL (plus the database file's when a checkpoint runs), however
+// many units it carries; Stats counts commits and units. Statements are prepared once, on the
+// writer's connection and on the read pool. Savepoint journals stay in memory (temp_store =
+// MEMORY): they only serve rollbacks inside the open transaction, never crash recovery, which the
+// WAL alone provides. Admitting and inserting one item for one target takes five statements:
+// Tx.Admission reads the dedup row, the target's enrolment, its allowlist and the quota counters
+// at once, and InsertItem writes the dedup row first (with its seq computed in the statement, so
+// a repeat fails before anything changed), then the seq, the item and both usage counters.
+//
 // # Schema
 //
 // Tables: meta (epoch, relay_pubkey, schema_version, heartbeat), enrolments, sender_lists with
