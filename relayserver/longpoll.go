@@ -11,7 +11,8 @@ import (
 const (
 	// DefaultMaxWait caps the wait a pull may ask for; longer waits are cut to it.
 	DefaultMaxWait = 30 * time.Second
-	// DefaultMaxWaiting caps the pulls parked at once, over all keys.
+	// DefaultMaxWaiting caps the pulls parked at once, over all keys. A held pull costs about
+	// 40 KB (its goroutine and its connection's buffers): some 160 MB at the cap.
 	DefaultMaxWaiting = 4096
 	// DefaultMaxWaitingPerKey caps the pulls one host key may have parked at once.
 	DefaultMaxWaitingPerKey = 2
