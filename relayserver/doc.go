@@ -22,6 +22,10 @@
 //  4. The target pulls pages (GET /v2/relay/items?after=&limit=&epoch=) and acknowledges
 //     (POST /v2/relay/ack {epoch, through}) what it has durably processed.
 //
+// Every request but challenge, enrol, rotate and the enc-key lookup carries a signed relay hop over
+// the method, the path with its query, the timestamp and the full body (mbx.VerifyRelayHop),
+// found by x-mbx-key.
+//
 // # Long polling
 //
 // A pull may add wait=<seconds> (cut to Options.MaxWait, 30 s by default, announced in
@@ -35,10 +39,6 @@
 // per host key (a newer pull of the key evicts the oldest, which answers at once) and
 // Options.MaxWaiting in all (past it a pull answers at once, as without wait). A pull woken by a
 // rotation that revoked its own key answers 403.
-//
-// Every request but challenge, enrol, rotate and the enc-key lookup carries a signed relay hop over
-// the method, the path with its query, the timestamp and the full body (mbx.VerifyRelayHop),
-// found by x-mbx-key.
 //
 // # Durability
 //
