@@ -14,14 +14,49 @@ func TestCanonicalVectors(t *testing.T) {
 		ExpectedSHA   string `json:"expected_utf8_sha256"`
 		LoneSurrogate bool   `json:"lone_surrogate"`
 		JSOnly        bool   `json:"js_only"`
+		InputJS       string `json:"input_js"`
+		Expect        string `json:"expect"`
+	}
+	// The js_only inputs hold values JSON cannot carry; these are their Go counterparts (an absent
+	// optional field is `omitempty`, an undefined array slot is nil).
+	type undefinedA struct {
+		A *int `json:"a,omitempty"`
+		B int  `json:"b"`
+	}
+	jsValues := map[string]any{
+		"({ n: NaN })":             map[string]any{"n": math.NaN()},
+		"[Infinity]":               []any{math.Inf(1)},
+		"({ a: undefined, b: 1 })": undefinedA{B: 1},
+		"[undefined, 1]":           []any{nil, 1},
 	}
 	checked := 0
 	for _, c := range loadCases[tc](t, "canonical.json") {
 		t.Run(c.Name, func(t *testing.T) {
-			if c.LoneSurrogate || c.JSOnly {
-				t.Skip("not representable in Go strings / JSON (see the vectors README)")
+			if c.LoneSurrogate {
+				t.Skip("a lone UTF-16 surrogate has no Go string form (see the vectors README)")
 			}
-			got, err := CanonicalJSON([]byte(c.InputJSON))
+			var got []byte
+			var err error
+			if c.JSOnly {
+				v, ok := jsValues[c.InputJS]
+				if !ok {
+					t.Fatalf("no Go counterpart for %s", c.InputJS)
+				}
+				got, err = Canonical(v)
+				if c.Expect == "error" {
+					if !errors.Is(err, ErrNonFinite) {
+						t.Fatalf("Canonical(%s) err = %v, want ErrNonFinite", c.InputJS, err)
+					}
+					checked++
+					return
+				}
+				if err != nil || string(got) != c.Expected {
+					t.Fatalf("Canonical(%s) = %q, %v; want %q", c.InputJS, got, err, c.Expected)
+				}
+				checked++
+				return
+			}
+			got, err = CanonicalJSON([]byte(c.InputJSON))
 			if err != nil {
 				t.Fatalf("CanonicalJSON(%q): %v", c.InputJSON, err)
 			}
@@ -34,8 +69,8 @@ func TestCanonicalVectors(t *testing.T) {
 			checked++
 		})
 	}
-	if checked < 30 {
-		t.Fatalf("only %d canonical cases checked", checked)
+	if checked != 40 {
+		t.Fatalf("%d canonical cases checked, want 40 (43 less the 3 lone-surrogate ones)", checked)
 	}
 }
 
