@@ -95,7 +95,8 @@
 // checked and a refusal shows in RelayStatus.
 //
 // Sending: a row goes to the relay when the peer has no LAN address, its LAN address did not
-// answer lately, or the row's LAN attempts failed twice; always when due (next_at). The row's
+// answer lately, or the row's LAN attempts failed twice (a row the relay then did not take tries
+// the LAN again next); always when due (next_at). The row's
 // persisted wire bytes are pushed, and the row becomes relay-accepted only on an accept statement
 // that verifies for that row, checked again in the transaction that records it. It is settled by
 // the target's delivery receipt (over the relay or the LAN), or ends unconfirmed at its own

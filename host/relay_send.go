@@ -16,12 +16,15 @@ import (
 //
 // Transport selection, per row (transportFor): a relay-accepted row (flagged for a re-push after
 // an epoch change) goes to the relay only, never the LAN. A pending row goes to the LAN unless a
-// relay is usable and one of these holds: the peer has no known LAN address; the row's LAN
-// attempts failed at least twice (relayAfterLANFailures); or the peer's LAN address failed to
-// answer within the last lanRetryAfter (new rows then skip a LAN that is down, and try it again
-// after that, so they go over the LAN again once the peer is reachable there; a peer that answers,
-// even with an error, is reachable). Rows are only ever
-// taken when due, so the relay pass respects next_at like the LAN pass.
+// relay is usable and one of these holds: the peer has no known LAN address; the peer's LAN
+// address failed to answer within the last lanRetryAfter (new rows then skip a LAN that is down,
+// and try it again after that, so they go over the LAN again once the peer is reachable there; a
+// peer that answers, even with an error, is reachable); or the row's LAN attempts failed at least
+// twice (relayAfterLANFailures) and its last attempt was over the LAN. A row the relay did not
+// take (a refusal such as a target that is not enrolled there, or no valid answer) tries the LAN
+// again next, so a row never waits on a relay that cannot deliver it while the LAN could: the two
+// alternate while both fail. Rows are only ever taken when due, so the relay pass respects
+// next_at like the LAN pass.
 //
 // A push sends the wire bytes persisted with the row, exactly, on every attempt. A row moves to
 // relay-accepted only on an accept statement that verifies — by the pinned relay key, for this
@@ -63,9 +66,14 @@ func (h *Host) transportFor(r outbox.Row, p PeerRecord, relayOK bool, now time.T
 	if !relayOK {
 		return outbox.TransportLAN
 	}
-	if p.Addr == "" || r.LANFailures >= relayAfterLANFailures || h.lanDownSince(p.Host, now) {
+	if p.Addr == "" || h.lanDownSince(p.Host, now) {
 		return outbox.TransportRelay
 	}
+	if r.LANFailures >= relayAfterLANFailures && r.Transport != outbox.TransportRelay {
+		return outbox.TransportRelay
+	}
+	// A pending row whose last attempt went to the relay was not taken there (no answer, no
+	// valid statement, a refusal such as a target that never enrolled): the LAN may answer now.
 	return outbox.TransportLAN
 }
 
