@@ -70,7 +70,8 @@ type Host struct {
 	bound    string // the bound LAN address while the daemon runs
 	daemon   bool   // true while RunDaemon serves this host
 	closed   bool
-	inflight map[string]bool // hosts with a LAN batch in flight
+	inflight map[string]bool // hosts with a send in flight (set and cleared by passes)
+	passMu   sync.Mutex      // one pass reads and dispatches at a time
 	sends    sync.WaitGroup  // send goroutines started by passes
 }
 

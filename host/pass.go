@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"sync"
 	"time"
 
@@ -40,6 +41,27 @@ const (
 // pass runs one outbox pass. With wait it returns only when every send it started has been
 // recorded (tests); the daemon does not wait. It returns how many rows it started sending.
 func (h *Host) pass(ctx context.Context, wait bool) (int, error) {
+	var wg sync.WaitGroup
+	started, err := h.dispatch(ctx, &wg)
+	if wait {
+		wg.Wait()
+	}
+	return started, err
+}
+
+// dispatch reads the due rows and starts a send for each host that has none in flight (wg
+// counts them). Passes dispatch one at a time.
+func (h *Host) dispatch(ctx context.Context, wg *sync.WaitGroup) (int, error) {
+	h.passMu.Lock()
+	defer h.passMu.Unlock()
+	// The hosts with a send in flight are taken before the rows are read: a send that ends
+	// between the two reads would otherwise leave this pass with rows older than its outcome (a
+	// row delivered or relay-accepted meanwhile, sent again, perhaps over the LAN). Sends start
+	// only in passes, and passes run one at a time, so a host not busy now has no send whose
+	// outcome the rows below could miss.
+	h.mu.Lock()
+	busy := maps.Clone(h.inflight)
+	h.mu.Unlock()
 	rows, err := h.ob.Due(ctx, passLimit)
 	if err != nil {
 		return 0, err
@@ -66,9 +88,11 @@ func (h *Host) pass(ctx context.Context, wait bool) (int, error) {
 		}
 		groups[r.Host] = append(groups[r.Host], r)
 	}
-	var wg sync.WaitGroup
 	started := 0
 	for _, host := range order {
+		if busy[host] {
+			continue
+		}
 		grp := groups[host]
 		peer, ok := peers[host]
 		if !ok {
@@ -93,14 +117,8 @@ func (h *Host) pass(ctx context.Context, wait bool) (int, error) {
 			continue
 		}
 		h.mu.Lock()
-		busy := h.inflight[host]
-		if !busy {
-			h.inflight[host] = true
-		}
+		h.inflight[host] = true
 		h.mu.Unlock()
-		if busy {
-			continue
-		}
 		started += len(grp)
 		wg.Add(1)
 		h.sends.Add(1)
@@ -115,9 +133,6 @@ func (h *Host) pass(ctx context.Context, wait bool) (int, error) {
 			h.sendHost(ctx, peer, grp)
 			h.kickOutbox() // more may have become due meanwhile
 		}()
-	}
-	if wait {
-		wg.Wait()
 	}
 	return started, nil
 }
