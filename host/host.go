@@ -63,6 +63,7 @@ type Host struct {
 	mail notifier      // wakes Wait when local mail arrives
 	kick chan struct{} // wakes the outbox loop (buffered, 1)
 	rl   relayRuntime  // the relay in use (relay.go)
+	pair pairer        // the LAN pairing session (pair.go)
 
 	mu       sync.Mutex
 	listen   string // configured listen address (meta)
@@ -130,6 +131,7 @@ func Open(dir string, opts *Options) (*Host, error) {
 		kick: make(chan struct{}, 1), inflight: map[string]bool{},
 	}
 	h.mail.init()
+	h.pair.changed = make(chan struct{})
 	if err := db.Update(func(tx *bbolt.Tx) error {
 		if err := createBuckets(tx); err != nil {
 			return err

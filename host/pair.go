@@ -7,11 +7,9 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"runtime"
 	"strings"
 	"sync"
 	"time"
-	"weak"
 
 	"github.com/agentmbx/agentmbx/api"
 	"github.com/agentmbx/agentmbx/client"
@@ -228,30 +226,7 @@ type pairer struct {
 	routes  sync.Once
 }
 
-// pairers maps each open Host to its pairer without keeping the Host alive: the key is a weak
-// pointer and a cleanup drops the entry when the Host is collected. (Pairing state lives here so
-// that this file does not need a field in Host; nothing in a pairer points back to its Host.)
-var pairers = struct {
-	sync.Mutex
-	m map[weak.Pointer[Host]]*pairer
-}{m: map[weak.Pointer[Host]]*pairer{}}
-
-func (h *Host) pairer() *pairer {
-	wp := weak.Make(h)
-	pairers.Lock()
-	defer pairers.Unlock()
-	if p, ok := pairers.m[wp]; ok {
-		return p
-	}
-	p := &pairer{changed: make(chan struct{})}
-	pairers.m[wp] = p
-	runtime.AddCleanup(h, func(wp weak.Pointer[Host]) {
-		pairers.Lock()
-		delete(pairers.m, wp)
-		pairers.Unlock()
-	}, wp)
-	return p
-}
+func (h *Host) pairer() *pairer { return &h.pair }
 
 func (p *pairer) notifyLocked() {
 	close(p.changed)
