@@ -365,6 +365,51 @@ func TestRotationMovesQueueAndRevokes(t *testing.T) {
 	}
 }
 
+// A sender whose accept was lost retries after the target rotated its key: the item is stored
+// (moved to the new key), so the retry to the key it knows is a duplicate with the original seq,
+// not a refusal; the same bytes addressed to the new key are a duplicate with the moved seq.
+func TestRotationKeepsDuplicatesForTheOldKey(t *testing.T) {
+	t.Parallel()
+	r, a, b, _ := setup(t, nil)
+	item := envItem("01KKNTQ69NA67N0QBPXKXFN501", b)
+	first := r.push(a, item).Results[0]
+	next := newHost(t, "beta", 30)
+	encKey, err := mbx.GenerateEncKey(seeded(77))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rot, err := mbx.SignRotation("beta", b.key, next.key, encKey.PublicKey(), r.clock.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if code, out := r.call(nil, "POST", "/v2/relay/rotate", mustJSON(t, map[string]any{"rotation": rot})); code != 200 {
+		t.Fatalf("rotate = %d %s", code, out)
+	}
+	moved := r.pull(next, 0)
+	if len(moved.Items) != 1 {
+		t.Fatalf("new key's queue = %+v, want the moved item", moved)
+	}
+	again := r.push(a, item).Results[0]
+	if again.Status != "duplicate" || len(again.Targets) != 1 || again.Targets[0].Seq != first.Targets[0].Seq {
+		t.Fatalf("retry to the old key after the rotation = %+v, want duplicate with seq %d", again, first.Targets[0].Seq)
+	}
+	if _, _, err := mbx.ValidAccept(again, r.key.PublicKey(), a.pub(), item.ItemID, b.pub(), mbx.WireHash(envWire(item.ItemID, ""))); err != nil {
+		t.Fatalf("the duplicate's accept: %v", err)
+	}
+	toNew := r.push(a, mbx.PushItem{Kind: "envelope", ItemID: item.ItemID,
+		Targets: []mbx.PushTarget{{HostPubkey: next.pub(), WireB64: item.Targets[0].WireB64}}}).Results[0]
+	if toNew.Status != "duplicate" || toNew.Targets[0].Seq != moved.Items[0].Seq {
+		t.Fatalf("same bytes to the new key = %+v, want duplicate with the moved seq %d", toNew, moved.Items[0].Seq)
+	}
+	if p := r.pull(next, 0); len(p.Items) != 1 {
+		t.Fatalf("after the retries the new key holds %d items, want 1", len(p.Items))
+	}
+	// Anything new for the old key is still refused.
+	if st := r.push(a, envItem("01KKNTQ69NA67N0QBPXKXFN502", b)).Results[0].Status; st != "rejected:target revoked" {
+		t.Fatalf("new item to the old key = %s", st)
+	}
+}
+
 func TestSenderAllowlist(t *testing.T) {
 	t.Parallel()
 	r, a, b, g := setup(t, nil)

@@ -101,8 +101,9 @@ type Tx interface {
 	// the head fails with ErrBadAck and changes nothing.
 	Ack(target string, through int64) (AckResult, error)
 	// Rotate moves everything of r.OldPubkey to r.NewPubkey (spec §2 Rotation): name and account,
-	// the queue re-sequenced in order after anything the new key already has, dedup rows,
-	// the sender allowlist and the old key's place in other targets' allowlists; then revokes the
-	// old key. The new key must not be revoked (ErrRevoked).
+	// the queue re-sequenced in order after anything the new key already has, the dedup rows
+	// (copied: the old key's stay, so a retry still addressed to it is a duplicate), the sender
+	// allowlist and the old key's place in other targets' allowlists; then revokes the old key.
+	// The new key must not be revoked (ErrRevoked).
 	Rotate(r Rotation) (RotateResult, error)
 }

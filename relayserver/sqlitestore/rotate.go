@@ -92,16 +92,22 @@ WHERE target_pubkey = ? ORDER BY seq`, r.OldPubkey)
 WHERE target_pubkey = ? AND seq = ?`, r.NewPubkey, seq, r.OldPubkey, x.seq); err != nil {
 			return res, fmt.Errorf("rotate: move item: %w", err)
 		}
-		if _, err := t.q.ExecContext(bg, `UPDATE dedup SET target_pubkey = ?, seq = ?
-WHERE sender_pubkey = ? AND item_id = ? AND target_pubkey = ?`,
+		// The new key's dedup row names the new seq; the old key's row stays as it was.
+		if _, err := t.q.ExecContext(bg, `INSERT INTO dedup(sender_pubkey, item_id, target_pubkey,
+	wire_hash, seq, accepted_at)
+SELECT sender_pubkey, item_id, ?1, wire_hash, ?2, accepted_at FROM dedup
+WHERE sender_pubkey = ?3 AND item_id = ?4 AND target_pubkey = ?5`,
 			r.NewPubkey, seq, x.sender, x.itemID, r.OldPubkey); err != nil {
-			return res, fmt.Errorf("rotate: move dedup: %w", err)
+			return res, fmt.Errorf("rotate: copy dedup: %w", err)
 		}
 		res.MovedItems++
 	}
-	// Dedup rows of items already gone keep deduplicating for the new key; rows the new key has
-	// already are kept as they are. Rows the rotated host wrote as a sender follow it too, so its
+	// Dedup rows are copied, never moved: the old key's rows stay, so a sender whose accept was
+	// lost and who still addresses the old key gets its duplicate (with the original seq) rather
+	// than a refusal; copies for the new key (rows it has already win) make the same bytes
+	// addressed to it duplicates too. Rows the rotated host wrote as a sender follow it, so its
 	// retries with the new key stay duplicates.
+
 	// The allowlist moves with the host, unless the new key published its own.
 	if _, err := t.SenderList(r.NewPubkey); errors.Is(err, relayserver.ErrNotFound) {
 		for _, q := range []string{
@@ -118,8 +124,8 @@ WHERE sender_pubkey = ? AND item_id = ? AND target_pubkey = ?`,
 	for _, q := range []string{
 		"DELETE FROM sender_lists WHERE target_pubkey = ?2",
 		"DELETE FROM sender_list_members WHERE target_pubkey = ?2",
-		"UPDATE OR IGNORE dedup SET target_pubkey = ?1 WHERE target_pubkey = ?2",
-		"DELETE FROM dedup WHERE target_pubkey = ?2",
+		`INSERT OR IGNORE INTO dedup(sender_pubkey, item_id, target_pubkey, wire_hash, seq, accepted_at)
+			SELECT sender_pubkey, item_id, ?1, wire_hash, seq, accepted_at FROM dedup WHERE target_pubkey = ?2`,
 		"UPDATE OR IGNORE dedup SET sender_pubkey = ?1 WHERE sender_pubkey = ?2",
 		"DELETE FROM dedup WHERE sender_pubkey = ?2",
 		// Usage of both queues, recounted.

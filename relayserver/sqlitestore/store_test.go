@@ -547,7 +547,7 @@ func TestRotateMovesQueueAfterNewKeysItems(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	insert(t, s, item(old, snd, "o1", "o1", 100))
+	o1Seq := insert(t, s, item(old, snd, "o1", "o1", 100))
 	insert(t, s, item(old, snd, "o2", "o2", 100))
 	insert(t, s, item(old, snd, "both", "b", 100))
 	insert(t, s, item(nw, snd, "n1", "n1", 100))
@@ -595,6 +595,10 @@ func TestRotateMovesQueueAfterNewKeysItems(t *testing.T) {
 		d, err := tx.Dedup(snd, "o1", nw)
 		if err != nil || d.Seq != p.Items[2].Seq {
 			t.Errorf("dedup of o1 for the new key = %+v, %v; want seq %d", d, err, p.Items[2].Seq)
+		}
+		// The old key's row stays: a retry still addressed to it is a duplicate, not a refusal.
+		if d, err := tx.Dedup(snd, "o1", old); err != nil || d.Seq != o1Seq || d.WireHash != hash([]byte("o1")) {
+			t.Errorf("dedup of o1 for the old key = %+v, %v; want seq %d kept", d, err, o1Seq)
 		}
 		if ok, _ := tx.SenderAllowed(nw, snd); !ok {
 			t.Errorf("the allowlist did not move to the new key")
