@@ -26,8 +26,10 @@ import (
 // same transaction. A sweep ends the rows past their deadline (72 h without delivery; for
 // relay-accepted rows accepted_at + retention + 24 h) with the same alert.
 const (
-	// passLimit bounds the rows one pass reads.
+	// passLimit and passBytes bound the rows one pass reads, and the wire bytes it holds (the
+	// rest waits for the next pass: each host's send kicks one when it ends).
 	passLimit = 2000
+	passBytes = 64 << 20
 	// lanAttemptTimeout bounds one host's send in a pass.
 	lanAttemptTimeout = 30 * time.Second
 	// sweepLimit bounds the rows one sweep ends.
@@ -54,15 +56,16 @@ func (h *Host) pass(ctx context.Context, wait bool) (int, error) {
 func (h *Host) dispatch(ctx context.Context, wg *sync.WaitGroup) (int, error) {
 	h.passMu.Lock()
 	defer h.passMu.Unlock()
-	// The hosts with a send in flight are taken before the rows are read: a send that ends
-	// between the two reads would otherwise leave this pass with rows older than its outcome (a
-	// row delivered or relay-accepted meanwhile, sent again, perhaps over the LAN). Sends start
-	// only in passes, and passes run one at a time, so a host not busy now has no send whose
-	// outcome the rows below could miss.
+	// The rows of hosts with a send in flight are left alone. Those hosts are taken before the
+	// rows are read: a send that ends between the two reads would otherwise leave this pass with
+	// rows older than its outcome (a row delivered or relay-accepted meanwhile, sent again,
+	// perhaps over the LAN). Sends start only in passes, and passes run one at a time, so a host
+	// not busy now has no send whose outcome the rows below could miss.
 	h.mu.Lock()
 	busy := maps.Clone(h.inflight)
 	h.mu.Unlock()
-	rows, err := h.ob.Due(ctx, passLimit)
+	rows, err := h.ob.DueWith(ctx, outbox.DueFilter{Limit: passLimit, MaxBytes: passBytes,
+		Skip: func(host string) bool { return busy[host] }})
 	if err != nil {
 		return 0, err
 	}
@@ -90,9 +93,6 @@ func (h *Host) dispatch(ctx context.Context, wg *sync.WaitGroup) (int, error) {
 	}
 	started := 0
 	for _, host := range order {
-		if busy[host] {
-			continue
-		}
 		grp := groups[host]
 		peer, ok := peers[host]
 		if !ok {

@@ -62,6 +62,7 @@
 //
 //   - due (next_at, key): pending rows and relay-accepted rows flagged for re-push. Due and
 //     Claim walk it from the start up to now: O(due rows), however many rows wait or ended.
+//     DueWith bounds the walk by rows and wire bytes and passes over chosen hosts.
 //   - host (host, key): active rows per host. MakeDue (a verified inbound hop from the host:
 //     make its rows due now) and RebindHost (the peer rotated its key) walk only that host's.
 //   - relay (relay, key): relay-accepted rows per relay, for RelayAccepted and RepushRelay.

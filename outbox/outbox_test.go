@@ -102,6 +102,40 @@ func TestDueOrderAndLimit(t *testing.T) {
 	}
 }
 
+func TestDueWithBounds(t *testing.T) {
+	s, clk := openTest(t)
+	var keys []Key
+	for i, host := range []string{"big", "small", "big", "small", "small"} {
+		n := envRow(fmt.Sprintf("M%d", i), host)
+		if host == "big" {
+			n.Wire = bytes.Repeat([]byte("x"), 1000)
+		}
+		keys = append(keys, mustAdd(t, s, n)[0].Key())
+		clk.Advance(time.Second)
+	}
+	for _, c := range []struct {
+		name string
+		f    DueFilter
+		want []Key
+	}{
+		{"no bounds", DueFilter{}, keys},
+		{"bytes reached after the first row", DueFilter{MaxBytes: 1000}, keys[:1]},
+		{"the first row even when larger", DueFilter{MaxBytes: 10}, keys[:1]},
+		{"bytes reached within", DueFilter{MaxBytes: 1001}, keys[:2]},
+		{"limit first", DueFilter{Limit: 2, MaxBytes: 1 << 20}, keys[:2]},
+		{"a host skipped", DueFilter{Skip: func(h string) bool { return h == "big" }}, []Key{keys[1], keys[3], keys[4]}},
+		{"skipped rows count no bytes", DueFilter{MaxBytes: 1, Skip: func(h string) bool { return h == "big" }}, keys[1:2]},
+	} {
+		due, err := s.DueWith(ctx, c.f)
+		if err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		if got := keysOf(due); !slices.Equal(got, c.want) {
+			t.Errorf("%s: DueWith = %v, want %v", c.name, got, c.want)
+		}
+	}
+}
+
 func TestWireIdenticalAcrossRetries(t *testing.T) {
 	s, clk := openTest(t)
 	n := envRow("M1", "peer")

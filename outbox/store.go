@@ -158,6 +158,11 @@ func (s *Store) Due(ctx context.Context, limit int) ([]Row, error) {
 	return view(ctx, s, func(t *Tx) ([]Row, error) { return t.Due(limit) })
 }
 
+// DueWith returns the rows due now within the bounds of f (see Tx.DueWith).
+func (s *Store) DueWith(ctx context.Context, f DueFilter) ([]Row, error) {
+	return view(ctx, s, func(t *Tx) ([]Row, error) { return t.DueWith(f) })
+}
+
 // NextDue returns the earliest next_at (see Tx.NextDue).
 func (s *Store) NextDue(ctx context.Context) (time.Time, bool, error) {
 	type res struct {

@@ -203,28 +203,57 @@ func (t *Tx) Get(k Key) (Row, error) {
 // only: relay-accepted rows are never sent over the LAN). Due does not write: a caller that may
 // run two passes at once (a LAN and a relay loop) uses Claim instead.
 func (t *Tx) Due(limit int) ([]Row, error) {
+	return t.DueWith(DueFilter{Limit: limit})
+}
+
+// DueFilter bounds what DueWith reads.
+type DueFilter struct {
+	// Limit caps the rows returned (≤ 0: no cap).
+	Limit int
+	// MaxBytes stops the walk once the wire bytes of the rows taken reach it (≤ 0: no cap). The
+	// first row is always taken, however large.
+	MaxBytes int
+	// Skip, when set, passes over the rows of the hosts it returns true for, without reading
+	// them (a caller whose send to that host is still in flight).
+	Skip func(host string) bool
+}
+
+// DueWith is Due within the bounds of f, so that a pass holds a bounded amount of wire bytes
+// however many large rows came due at once.
+func (t *Tx) DueWith(f DueFilter) ([]Row, error) {
 	if err := t.readable("due"); err != nil {
 		return nil, err
 	}
-	rows, err := t.due(t.now(), limit)
+	rows, err := t.due(t.now(), f)
 	if err != nil {
 		return nil, fmt.Errorf("outbox: due: %w", err)
 	}
 	return rows, nil
 }
 
-func (t *Tx) due(now time.Time, limit int) ([]Row, error) {
+func (t *Tx) due(now time.Time, f DueFilter) ([]Row, error) {
 	last := timeBits(now)
 	var out []Row
+	size := 0
 	c := t.b.due.Cursor()
 	for k, _ := c.First(); k != nil; k, _ = c.Next() {
 		if len(k) < 9 {
 			return nil, fmt.Errorf("%w: due index key %x", ErrCorrupt, k)
 		}
-		if binary.BigEndian.Uint64(k) > last || (limit > 0 && len(out) >= limit) {
+		if binary.BigEndian.Uint64(k) > last || (f.Limit > 0 && len(out) >= f.Limit) ||
+			(f.MaxBytes > 0 && len(out) > 0 && size >= f.MaxBytes) {
 			break
 		}
 		rk := k[8:]
+		if f.Skip != nil {
+			key, ok := parseRowKey(rk)
+			if !ok {
+				return nil, fmt.Errorf("%w: due index key %x", ErrCorrupt, k)
+			}
+			if f.Skip(key.Host) {
+				continue
+			}
+		}
 		r, err := t.getRow(rk)
 		if err != nil {
 			return nil, fmt.Errorf("%w: due index names a missing row (%v)", ErrCorrupt, err)
@@ -232,6 +261,7 @@ func (t *Tx) due(now time.Time, limit int) ([]Row, error) {
 		if err := t.withWire(&r, rk); err != nil {
 			return nil, err
 		}
+		size += len(r.Wire)
 		out = append(out, r)
 	}
 	return out, nil
@@ -266,7 +296,7 @@ func (t *Tx) Claim(limit int, lease time.Duration) ([]Row, error) {
 		return nil, fmt.Errorf("outbox: claim: %w: lease %v is not positive", ErrInvalid, lease)
 	}
 	now := t.now()
-	rows, err := t.due(now, limit)
+	rows, err := t.due(now, DueFilter{Limit: limit})
 	if err != nil {
 		return nil, fmt.Errorf("outbox: claim: %w", err)
 	}
