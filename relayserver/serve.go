@@ -47,9 +47,9 @@ type ServeConfig struct {
 // Serve runs the relay until ctx is done, then shuts down gracefully: it stops accepting, lets
 // requests in flight finish (each answered only after its commit), and closes the store.
 //
-// At start it loads the relay key (LoadKey), opens the store, binds the key to it, and rotates the
-// epoch when the stored heartbeat is older than mbx.RelayHeartbeatStale (a restore or a long
-// outage, spec §5).
+// At start it loads the relay key (LoadKey), opens the store, binds the key to it (a store of
+// another key is refused before anything is written to it), and rotates the epoch when the
+// stored heartbeat is older than mbx.RelayHeartbeatStale (a restore or a long outage, spec §5).
 func Serve(ctx context.Context, cfg ServeConfig) (err error) {
 	if cfg.StoreDir == "" {
 		return fmt.Errorf("relayserver: serve: no store directory (--store-dir or %s)", EnvRelayDir)
@@ -91,6 +91,11 @@ func Serve(ctx context.Context, cfg ServeConfig) (err error) {
 			err = cerr
 		}
 	}()
+	// The key first: a store that belongs to another relay is refused before anything here
+	// writes to it (a rotated epoch or a fresh heartbeat would hide a restore from its own relay).
+	if err := store.BindRelayKey(ctx, key.PublicKey()); err != nil {
+		return fmt.Errorf("relayserver: serve: %w", err)
+	}
 	meta, err := store.Meta(ctx)
 	if err != nil {
 		return fmt.Errorf("relayserver: serve: %w", err)
