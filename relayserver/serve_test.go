@@ -1,11 +1,14 @@
 package relayserver_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -114,5 +117,98 @@ func TestServeWithAnotherKeyChangesNothing(t *testing.T) {
 	if after.Epoch != before.Epoch || !after.Heartbeat.Equal(before.Heartbeat) {
 		t.Fatalf("a refused start changed the store: epoch %s → %s, heartbeat %v → %v",
 			before.Epoch, after.Epoch, before.Heartbeat, after.Heartbeat)
+	}
+}
+
+// syncBuffer is a bytes.Buffer for a logger written from several goroutines.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// TestLogsCarryNoKeyMaterial runs a relay logging at debug level through enrolment, a push, a
+// pull, refused requests and a shutdown, and checks that no private key appears in the log.
+func TestLogsCarryNoKeyMaterial(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	relayKey := keyFor(t, 0)
+	a, b := newHost(t, "alpha", 1), newHost(t, "beta", 2)
+	var logs syncBuffer
+	log := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	ctx, cancel := context.WithCancel(bg)
+	defer cancel()
+	addr := make(chan string, 1)
+	done := make(chan error, 1)
+	go func() {
+		done <- relayserver.Serve(ctx, relayserver.ServeConfig{
+			StoreDir: dir, Listen: "127.0.0.1:0",
+			Getenv: func(n string) string {
+				if n == relayserver.EnvRelayKey {
+					return relayKey.Seed()
+				}
+				return ""
+			},
+			Open: func(ctx context.Context, dir string) (relayserver.Store, error) {
+				return sqlitestore.Open(ctx, dir, &sqlitestore.Options{Logger: log})
+			},
+			Options: relayserver.Options{Logger: log, Clock: func() time.Time { return t0 }},
+			Ready:   func(s string) { addr <- s },
+		})
+	}()
+	var base string
+	select {
+	case s := <-addr:
+		base = "http://" + s
+	case err := <-done:
+		t.Fatalf("Serve: %v", err)
+	}
+	for _, h := range []host{a, b} {
+		if err := enrolAt(base, h, t0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	push := mustJSON(t, mbx.PushRequest{Items: []mbx.PushItem{envItem("01KKNTQ2CN9WJ3MR4Q1P12F02T", b)}})
+	for _, c := range []struct {
+		h      *host
+		method string
+		path   string
+		body   []byte
+		want   int
+	}{
+		{&a, "POST", "/v2/relay/items", push, 200},
+		{&b, "GET", "/v2/relay/items?after=0", nil, 200},
+		{&a, "POST", "/v2/relay/items", []byte(`{"items":[`), 400},
+		{nil, "GET", "/v2/relay/items?after=0", nil, 401},
+		{nil, "POST", "/v1/relay/enrol", []byte(`{"host":"x","pubkey":"` + a.pub() + `","sig":"` + a.key.Seed() + `"}`), 400},
+	} {
+		code, body, err := callURL(bg, base, c.h, t0, c.method, c.path, c.body)
+		if err != nil || code != c.want {
+			t.Fatalf("%s %s = %d %s, %v; want %d", c.method, c.path, code, body, err, c.want)
+		}
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("Serve: %v", err)
+	}
+	out := logs.String()
+	if !strings.Contains(out, "relay serving") || !strings.Contains(out, relayKey.Fingerprint()) {
+		t.Fatalf("the log has no start line with the relay key's fingerprint:\n%s", out)
+	}
+	for name, secret := range map[string]string{"relay": relayKey.Seed(), "alpha": a.key.Seed(), "beta": b.key.Seed()} {
+		if strings.Contains(out, secret) {
+			t.Fatalf("the log carries the %s private key:\n%s", name, out)
+		}
 	}
 }
