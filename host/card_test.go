@@ -15,28 +15,6 @@ import (
 	"github.com/agentmbx/agentmbx/mbx"
 )
 
-// pairTestClock is a clock tests move by hand.
-type pairTestClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func newPairTestClock() *pairTestClock {
-	return &pairTestClock{t: time.Date(2026, 10, 2, 10, 0, 0, 0, time.UTC)}
-}
-
-func (c *pairTestClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *pairTestClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = c.t.Add(d)
-}
-
 // pairTestLog collects a host's logs, so tests can check that no secret reaches them.
 type pairTestLog struct {
 	mu  sync.Mutex
@@ -56,7 +34,7 @@ func (l *pairTestLog) String() string {
 }
 
 // pairTestHost creates and opens a host named name with its own clock and log.
-func pairTestHost(t *testing.T, name string, clock *pairTestClock) (*Host, *pairTestLog) {
+func pairTestHost(t *testing.T, name string, clock *fakeClock) (*Host, *pairTestLog) {
 	t.Helper()
 	dir := t.TempDir()
 	if err := Init(dir, InitOptions{Host: name, Clock: clock.Now}); err != nil {
@@ -72,7 +50,7 @@ func pairTestHost(t *testing.T, name string, clock *pairTestClock) (*Host, *pair
 }
 
 func TestCardRoundTrip(t *testing.T) {
-	clock := newPairTestClock()
+	clock := newClock()
 	h, _ := pairTestHost(t, "alpha", clock)
 	for _, addr := range []string{"192.168.1.20:7373", "", "alpha.local:7000", "[fe80::1]:7373"} {
 		t.Run("addr="+addr, func(t *testing.T) {
@@ -117,7 +95,7 @@ func TestCardRoundTrip(t *testing.T) {
 }
 
 func TestCardBadAddr(t *testing.T) {
-	h, _ := pairTestHost(t, "alpha", newPairTestClock())
+	h, _ := pairTestHost(t, "alpha", newClock())
 	for _, addr := range []string{"nohost", ":7373", "host:0", "host:65536", "host:07373", "host:x", "a b:1"} {
 		if _, err := h.Card(addr); !errors.Is(err, ErrInvalid) {
 			t.Errorf("Card(%q) err = %v, want ErrInvalid", addr, err)
@@ -140,7 +118,7 @@ func resign(t *testing.T, k mbx.SigningKey, card map[string]any) []byte {
 }
 
 func TestParseCardRefuses(t *testing.T) {
-	clock := newPairTestClock()
+	clock := newClock()
 	now := clock.Now()
 	k, err := mbx.GenerateSigningKey(strings.NewReader(strings.Repeat("k", 64)))
 	if err != nil {
@@ -237,7 +215,7 @@ func TestParseCardRefuses(t *testing.T) {
 }
 
 func TestParseCardClockSkew(t *testing.T) {
-	clock := newPairTestClock()
+	clock := newClock()
 	h, _ := pairTestHost(t, "alpha", clock)
 	now := clock.Now()
 	clock.Advance(4 * time.Minute) // the card's host runs 4 minutes ahead: still fine
@@ -259,7 +237,7 @@ func TestParseCardClockSkew(t *testing.T) {
 // TestAddPeerFromCard pins through api.Service.AddPeer, which reads cards with ParseCard.
 func TestAddPeerFromCard(t *testing.T) {
 	ctx := context.Background()
-	clock := newPairTestClock()
+	clock := newClock()
 	a, _ := pairTestHost(t, "alpha", clock)
 	b, _ := pairTestHost(t, "beta", clock)
 	card, err := b.Card("10.0.0.2:7373")
@@ -288,7 +266,7 @@ func TestAddPeerFromCard(t *testing.T) {
 }
 
 func FuzzParseCard(f *testing.F) {
-	clock := newPairTestClock()
+	clock := newClock()
 	k, _ := mbx.GenerateSigningKey(strings.NewReader(strings.Repeat("k", 64)))
 	ek, _ := mbx.GenerateEncKey(strings.NewReader(strings.Repeat("e", 64)))
 	good, _ := makeCard("alpha", k, ek.PublicKey(), "10.0.0.1:7373", clock.Now())

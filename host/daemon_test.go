@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -33,30 +32,7 @@ func startDaemon(t *testing.T, name string) *daemon {
 	if err := Init(home, InitOptions{Host: name}); err != nil {
 		t.Fatal(err)
 	}
-	return runDaemon(t, home, name)
-}
-
-func runDaemon(t *testing.T, home, name string) *daemon {
-	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	d := &daemon{home: home, cancel: cancel, done: make(chan error, 1)}
-	ready := make(chan *Host, 1)
-	go func() {
-		d.done <- RunDaemon(ctx, home, DaemonOptions{
-			Listen: "127.0.0.1:0", Tick: 200 * time.Millisecond, AddrFile: filepath.Join(home, "addr"),
-			Options: &Options{Logger: testLogger(t).With("host", name), HTTPClient: &http.Client{Timeout: 10 * time.Second}},
-			Ready:   func(h *Host) { ready <- h },
-		})
-	}()
-	select {
-	case d.h = <-ready:
-	case err := <-d.done:
-		t.Fatalf("daemon %s: %v", name, err)
-	case <-time.After(time.Minute):
-		t.Fatalf("daemon %s did not start", name)
-	}
-	t.Cleanup(func() { d.stop(t) })
-	return d
+	return runDaemonOpts(t, home, name, DaemonOptions{Tick: 200 * time.Millisecond})
 }
 
 func (d *daemon) stop(t *testing.T) {

@@ -163,10 +163,16 @@ func (th *testHost) record() PeerRecord {
 // pairAll pins every host to every other.
 func pairAll(t *testing.T, hs ...*testHost) {
 	t.Helper()
+	pinEach(t, (*testHost).record, hs...)
+}
+
+// pinEach pins every host to every other, as rec describes it.
+func pinEach(t *testing.T, rec func(*testHost) PeerRecord, hs ...*testHost) {
+	t.Helper()
 	for _, a := range hs {
 		for _, b := range hs {
 			if a != b {
-				if err := a.PinPeer(b.record()); err != nil {
+				if err := a.PinPeer(rec(b)); err != nil {
 					t.Fatalf("%s.PinPeer(%s): %v", a.name, b.name, err)
 				}
 			}
@@ -178,8 +184,14 @@ func pairAll(t *testing.T, hs ...*testHost) {
 // so it takes a few rounds).
 func settle(t *testing.T, hs ...*testHost) {
 	t.Helper()
+	rounds(t, false, hs...)
+}
+
+// rounds runs outbox passes on every host, and relay pulls too with pull, until nothing moves.
+func rounds(t *testing.T, pull bool, hs ...*testHost) {
+	t.Helper()
 	ctx := context.Background()
-	for round := 0; round < 10; round++ {
+	for round := 0; round < 12; round++ {
 		n := 0
 		for _, h := range hs {
 			k, err := h.pass(ctx, true)
@@ -188,11 +200,16 @@ func settle(t *testing.T, hs ...*testHost) {
 			}
 			n += k
 		}
+		if pull {
+			for _, h := range hs {
+				n += h.pull()
+			}
+		}
 		if n == 0 {
 			return
 		}
 	}
-	t.Fatalf("outboxes did not settle in 10 rounds")
+	t.Fatalf("hosts did not settle in 12 rounds")
 }
 
 func (th *testHost) send(from string, to []string, subject, body string) api.SendResult {

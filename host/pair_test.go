@@ -24,14 +24,14 @@ import (
 type pairRig struct {
 	inv, join       *Host
 	invLog, joinLog *pairTestLog
-	invClock        *pairTestClock
-	joinClock       *pairTestClock
+	invClock        *fakeClock
+	joinClock       *fakeClock
 	addr            string // the inviter's LAN address
 }
 
 func newPairRig(t *testing.T, inviter, joiner string) *pairRig {
 	t.Helper()
-	r := &pairRig{invClock: newPairTestClock(), joinClock: newPairTestClock()}
+	r := &pairRig{invClock: newClock(), joinClock: newClock()}
 	r.inv, r.invLog = pairTestHost(t, inviter, r.invClock)
 	r.join, r.joinLog = pairTestHost(t, joiner, r.joinClock)
 	srv := httptest.NewServer(r.inv.LANMux())
@@ -998,7 +998,7 @@ func TestInviteCancelled(t *testing.T) {
 
 func TestJoinCancelled(t *testing.T) {
 	t.Parallel()
-	clock := newPairTestClock()
+	clock := newClock()
 	b, _ := pairTestHost(t, "beta", clock)
 	// An inviter that never answers: the join ends with its ctx, as a cancelled session.
 	stuck := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { <-r.Context().Done() }))

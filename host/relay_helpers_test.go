@@ -193,15 +193,7 @@ func (th *testHost) noLAN() PeerRecord {
 // pinNoLAN pins every host to every other without LAN addresses.
 func pinNoLAN(t *testing.T, hs ...*testHost) {
 	t.Helper()
-	for _, a := range hs {
-		for _, b := range hs {
-			if a != b {
-				if err := a.PinPeer(b.noLAN()); err != nil {
-					t.Fatalf("%s.PinPeer(%s): %v", a.name, b.name, err)
-				}
-			}
-		}
-	}
+	pinEach(t, (*testHost).noLAN, hs...)
 }
 
 // pull runs th's relay receiver until the relay has nothing more.
@@ -217,24 +209,7 @@ func (th *testHost) pull() int {
 // flow runs outbox passes and relay pulls on every host until nothing moves.
 func flow(t *testing.T, hs ...*testHost) {
 	t.Helper()
-	ctx := context.Background()
-	for round := 0; round < 12; round++ {
-		n := 0
-		for _, h := range hs {
-			k, err := h.pass(ctx, true)
-			if err != nil {
-				t.Fatalf("%s pass: %v", h.name, err)
-			}
-			n += k
-		}
-		for _, h := range hs {
-			n += h.pull()
-		}
-		if n == 0 {
-			return
-		}
-	}
-	t.Fatalf("hosts did not settle in 12 rounds")
+	rounds(t, true, hs...)
 }
 
 // copies counts the copies of message id in agent's mailbox.
