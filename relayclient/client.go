@@ -13,6 +13,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/agentmbx/agentmbx/mbx"
 )
@@ -30,7 +31,19 @@ const (
 	maxPushAnswer  = 8 << 20  // push results (a statement per item)
 	maxPullAnswer  = 64 << 20 // a page: max_pull_bytes in base64 plus metadata
 	maxEpochLen    = 256
+	// maxRetentionDays bounds the retention a relay may announce: senders derive their deadlines
+	// from it, so an absurd value would put off every unconfirmed alert (or overflow).
+	maxRetentionDays = 365
 )
+
+// validEpoch reports whether a relay's epoch is usable: 1 to maxEpochLen bytes of text without
+// control characters (the host stores epochs in records and listings).
+func validEpoch(s string) bool {
+	if s == "" || len(s) > maxEpochLen || !utf8.ValidString(s) {
+		return false
+	}
+	return !strings.ContainsFunc(s, func(r rune) bool { return r < 0x20 || r == 0x7f || (r >= 0x80 && r < 0xa0) })
+}
 
 // Options configure a Client. A nil *Options means all defaults.
 type Options struct {
@@ -208,7 +221,7 @@ func statusError(op string, resp *http.Response, data []byte) error {
 	var eb mbx.ErrorResponse
 	_ = json.Unmarshal(data, &eb) // an error body that is not JSON still is an error status
 	if resp.StatusCode == http.StatusConflict && (eb.Code == mbx.CodeEpoch || eb.Epoch != "") {
-		if len(eb.Epoch) > maxEpochLen {
+		if !validEpoch(eb.Epoch) {
 			eb.Epoch = ""
 		}
 		return &EpochError{Op: op, Epoch: eb.Epoch}

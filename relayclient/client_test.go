@@ -134,6 +134,8 @@ func TestInfoRefusesAnswerThatIsNotInfo(t *testing.T) {
 		{"v1", `{"v":1,"relay_pubkey":"x","epoch":"e"}`},
 		{"no epoch", `{"v":2,"relay_pubkey":"edczNl8CO00AItxuWzPTdaQUzDNS7LJI9QUfd1Zy0NY=","limits":{"max_item_bytes":1,"max_batch":1,"max_pull":1,"max_pull_bytes":1,"retention_days":1}}`},
 		{"no limits", `{"v":2,"relay_pubkey":"edczNl8CO00AItxuWzPTdaQUzDNS7LJI9QUfd1Zy0NY=","epoch":"e"}`},
+		{"retention beyond any relay's", `{"v":2,"relay_pubkey":"edczNl8CO00AItxuWzPTdaQUzDNS7LJI9QUfd1Zy0NY=","epoch":"e","limits":{"max_item_bytes":1,"max_batch":1,"max_pull":1,"max_pull_bytes":1,"retention_days":106751992}}`},
+		{"an epoch with a control character", `{"v":2,"relay_pubkey":"edczNl8CO00AItxuWzPTdaQUzDNS7LJI9QUfd1Zy0NY=","epoch":"e\u0001","limits":{"max_item_bytes":1,"max_batch":1,"max_pull":1,"max_pull_bytes":1,"retention_days":1}}`},
 		{"someone else's you", `{"v":2,"relay_pubkey":"edczNl8CO00AItxuWzPTdaQUzDNS7LJI9QUfd1Zy0NY=","epoch":"e","limits":{"max_item_bytes":1,"max_batch":1,"max_pull":1,"max_pull_bytes":1,"retention_days":1},"you":{"pubkey":"edczNl8CO00AItxuWzPTdaQUzDNS7LJI9QUfd1Zy0NY=","head_seq":1}}`},
 	}
 	for _, tc := range tests {

@@ -61,10 +61,12 @@ func checkInfo(a answer, ownKey string) (mbx.InfoResponse, error) {
 		return mbx.InfoResponse{}, fmt.Errorf("relayclient: info: %w: v %d, want 2", ErrProtocol, info.V)
 	case !mbx.ValidPublicKey(info.RelayPubkey):
 		return mbx.InfoResponse{}, fmt.Errorf("relayclient: info: %w: relay_pubkey is not a key", ErrProtocol)
-	case info.Epoch == "" || len(info.Epoch) > maxEpochLen:
-		return mbx.InfoResponse{}, fmt.Errorf("relayclient: info: %w: epoch missing or over %d bytes", ErrProtocol, maxEpochLen)
+	case !validEpoch(info.Epoch):
+		return mbx.InfoResponse{}, fmt.Errorf("relayclient: info: %w: epoch missing, over %d bytes or not text", ErrProtocol, maxEpochLen)
 	case l.MaxItemBytes <= 0 || l.MaxBatch <= 0 || l.MaxPull <= 0 || l.MaxPullBytes <= 0 || l.RetentionDays <= 0:
 		return mbx.InfoResponse{}, fmt.Errorf("relayclient: info: %w: limits missing (max_item_bytes, max_batch, max_pull, max_pull_bytes, retention_days)", ErrProtocol)
+	case l.RetentionDays > maxRetentionDays:
+		return mbx.InfoResponse{}, fmt.Errorf("relayclient: info: %w: retention_days %d is over %d", ErrProtocol, l.RetentionDays, maxRetentionDays)
 	}
 	if info.You != nil {
 		y := info.You

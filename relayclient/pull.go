@@ -74,8 +74,8 @@ func (c *Client) Pull(ctx context.Context, r PullRequest) (mbx.PullResponse, err
 		return mbx.PullResponse{}, err
 	}
 	switch {
-	case page.Epoch == "" || len(page.Epoch) > maxEpochLen:
-		return mbx.PullResponse{}, fmt.Errorf("relayclient: pull: %w: epoch missing or over %d bytes", ErrProtocol, maxEpochLen)
+	case !validEpoch(page.Epoch):
+		return mbx.PullResponse{}, fmt.Errorf("relayclient: pull: %w: epoch missing, over %d bytes or not text", ErrProtocol, maxEpochLen)
 	case page.HeadSeq < 0 || page.LastSeq < 0:
 		return mbx.PullResponse{}, fmt.Errorf("relayclient: pull: %w: negative head_seq or last_seq", ErrProtocol)
 	}

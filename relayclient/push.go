@@ -166,7 +166,7 @@ func (c *Client) judge(tr *TargetResult, r mbx.PushResult, own, itemID, wireHash
 		tr.Verdict, tr.Err = VerdictUnverified, fmt.Errorf("%w: %v", mbx.ErrAcceptMalformed, err)
 		return nil
 	}
-	if seq <= 0 || acc.Epoch == "" || len(acc.Epoch) > maxEpochLen || acc.AtTime().IsZero() {
+	if seq <= 0 || !validEpoch(acc.Epoch) || acc.AtTime().IsZero() {
 		tr.Verdict, tr.Err = VerdictUnverified, fmt.Errorf("%w: seq, epoch or at unusable", mbx.ErrAcceptMalformed)
 		return nil
 	}
