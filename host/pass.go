@@ -231,6 +231,14 @@ func (h *Host) record(ctx context.Context, host string, rows []outbox.Row, out [
 				}
 				row, err = ob.MarkAttemptFailed(r.Key(), tr, errors.New(msg))
 			}
+			if errors.Is(err, outbox.ErrInvalid) && o.Kind != OutcomeFailed {
+				// The outcome carries something the outbox does not store (a relay's statement
+				// with an unusable field): the attempt failed. Nothing was written for it, and
+				// the other rows' outcomes are still recorded.
+				h.log.Warn("outbox outcome not storable: recorded as a failed attempt", "row", r.Key().String(), "err", err)
+				row, err = ob.MarkAttemptFailed(r.Key(), tr, fmt.Errorf("%s outcome not storable: %w", o.Kind, err))
+				o.Kind = OutcomeFailed
+			}
 			if errors.Is(err, outbox.ErrTransition) || errors.Is(err, outbox.ErrNotFound) {
 				// Settled by a receipt (or swept) while the attempt ran: nothing to record.
 				h.log.Debug("outbox outcome not recorded", "row", r.Key().String(), "err", err)

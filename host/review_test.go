@@ -42,3 +42,43 @@ func TestRelayRefusedRowTriesLANAgain(t *testing.T) {
 		t.Fatalf("bob holds %d copies, want 1", n)
 	}
 }
+
+// TestRelayUnstorableAcceptBacksOff: an accept statement that verifies but that the outbox cannot
+// store (here an epoch with a control character, from a faulty or hostile relay) fails that row's
+// attempt with backoff. It neither aborts the recording of the other rows pushed with it nor
+// leaves the rows due at once, to be pushed again on every pass.
+func TestRelayUnstorableAcceptBacksOff(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		edit func(acc map[string]any)
+	}{
+		{"an epoch with a control character", func(acc map[string]any) { acc["epoch"] = "bad\u0001epoch" }},
+		{"a statement over the outbox's limit", func(acc map[string]any) { acc["pad"] = strings.Repeat("x", outbox.MaxStatement) }},
+	} {
+		t.Run(c.name, func(t *testing.T) { unstorableAccept(t, c.edit) })
+	}
+}
+
+func unstorableAccept(t *testing.T, edit func(acc map[string]any)) {
+	a, _, r := relayPair(t, mbx.Limits{})
+	r.set(func(r *testRelay) { r.rewrite = rewriteAccepts(t, r.key(), edit) })
+	res1 := a.send("alice", []string{"bob@beta"}, "one", "x")
+	res2 := a.send("alice", []string{"bob@beta"}, "two", "y")
+	if n := a.passOnce(); n != 2 {
+		t.Fatalf("first pass took %d rows, want 2", n)
+	}
+	for _, id := range []string{res1.ID, res2.ID} {
+		row := a.row(id, "beta")
+		if row.State != outbox.StatePending || row.Attempts != 1 || !row.NextAt.After(a.clock.Now()) || row.LastError == "" {
+			t.Fatalf("row %s after an unstorable accept: %s, %d attempts, next at %s (now %s), last error %q; want pending with backoff",
+				id, row.State, row.Attempts, row.NextAt, a.clock.Now(), row.LastError)
+		}
+	}
+	pushes, _ := r.counts()
+	if n := a.passOnce(); n != 0 {
+		t.Fatalf("a second pass right away took %d rows", n)
+	}
+	if p, _ := r.counts(); p != pushes {
+		t.Fatalf("pushed again before next_at")
+	}
+}
