@@ -13,21 +13,11 @@ var zeroTime time.Time
 
 // handleChallenge is POST /v1/relay/challenge {host, pubkey} → {challenge}.
 func (s *Server) handleChallenge(w http.ResponseWriter, r *http.Request) {
-	now := s.opt.Clock()
-	if !s.enrolR.allow(clientKey(r, s.opt.TrustProxy), now) {
-		s.writeError(w, r, ErrRateLimited)
-		return
-	}
-	body, err := readBody(w, r, s.opt.MaxSmallBody)
-	if err != nil {
-		s.writeError(w, r, err)
-		return
-	}
 	var req mbx.ChallengeRequest
-	if err := decodeJSON(body, &req); err != nil {
-		s.writeError(w, r, err)
+	if !s.publicJSON(w, r, &req) {
 		return
 	}
+	now := s.opt.Clock()
 	if err := mbx.CheckChallengeRequest(req); err != nil {
 		s.writeError(w, r, err)
 		return
@@ -42,21 +32,11 @@ func (s *Server) handleChallenge(w http.ResponseWriter, r *http.Request) {
 
 // handleEnrol is POST /v1/relay/enrol {host, pubkey, owner_fp, sig, proof?} (spec §2, §8).
 func (s *Server) handleEnrol(w http.ResponseWriter, r *http.Request) {
-	now := s.opt.Clock()
-	if !s.enrolR.allow(clientKey(r, s.opt.TrustProxy), now) {
-		s.writeError(w, r, ErrRateLimited)
-		return
-	}
-	body, err := readBody(w, r, s.opt.MaxSmallBody)
-	if err != nil {
-		s.writeError(w, r, err)
-		return
-	}
 	var req mbx.EnrolRequest
-	if err := decodeJSON(body, &req); err != nil {
-		s.writeError(w, r, err)
+	if !s.publicJSON(w, r, &req) {
 		return
 	}
+	now := s.opt.Clock()
 	pending := ""
 	if mbx.ValidPublicKey(req.Pubkey) {
 		pending, _ = s.chal.take(req.Pubkey, now)

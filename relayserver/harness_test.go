@@ -241,3 +241,28 @@ func ids(p mbx.PullResponse) []string {
 	}
 	return out
 }
+
+// rotationBody is the body of POST /v2/relay/rotate for old rotating to next (same host name),
+// signed by both keys at the relay's clock.
+func (r *relay) rotationBody(old, next host) []byte {
+	r.t.Helper()
+	encKey, err := mbx.GenerateEncKey(seeded(77))
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	rot, err := mbx.SignRotation(old.name, old.key, next.key, encKey.PublicKey(), r.clock.Now())
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	return mustJSON(r.t, map[string]any{"rotation": rot})
+}
+
+// rotate posts the rotation of old to next and fails the test unless the relay takes it.
+func (r *relay) rotate(old, next host) mbx.RotateResponse {
+	r.t.Helper()
+	code, out := r.call(nil, "POST", "/v2/relay/rotate", r.rotationBody(old, next))
+	if code != 200 {
+		r.t.Fatalf("rotate = %d %s", code, out)
+	}
+	return decode[mbx.RotateResponse](r.t, out)
+}

@@ -13,7 +13,6 @@ import (
 
 	"github.com/agentmbx/agentmbx/mbx"
 	"github.com/agentmbx/agentmbx/relayserver"
-	"github.com/agentmbx/agentmbx/relayserver/sqlitestore"
 )
 
 // failsafe bounds every wait of these tests; nothing here depends on it for correctness.
@@ -301,17 +300,7 @@ func TestLongPollRotation(t *testing.T) {
 	tm.parked(t)
 	newPoll := r.pollAsync(bg, next, "/v2/relay/items?after=0&wait=30")
 	tm.parked(t)
-	encKey, err := mbx.GenerateEncKey(seeded(77))
-	if err != nil {
-		t.Fatal(err)
-	}
-	rot, err := mbx.SignRotation("beta", b.key, next.key, encKey.PublicKey(), r.clock.Now())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if code, out := r.call(nil, "POST", "/v2/relay/rotate", mustJSON(t, map[string]any{"rotation": rot})); code != 200 {
-		t.Fatalf("rotate = %d %s", code, out)
-	}
+	r.rotate(b, next)
 	p := pageOf(t, await(t, newPoll))
 	if got := ids(p); len(got) != 1 || got[0] != "01KKNTQ69NA67N0QBPXKXFN501" {
 		t.Fatalf("new key's pull = %+v, want the moved item", p)
@@ -391,17 +380,11 @@ func TestLongPollShutdownAndEpoch(t *testing.T) {
 		defer cancel()
 		addr := make(chan string, 1)
 		done := make(chan error, 1)
-		go func() {
-			done <- relayserver.Serve(ctx, relayserver.ServeConfig{
-				StoreDir: dir, Listen: "127.0.0.1:0", Getenv: func(string) string { return "" },
-				Open: func(ctx context.Context, dir string) (relayserver.Store, error) {
-					return sqlitestore.Open(ctx, dir, nil)
-				},
-				Options:         relayserver.Options{Clock: func() time.Time { return now }, WaitTimer: tm.start},
-				ShutdownTimeout: failsafe,
-				Ready:           func(a string) { addr <- a },
-			})
-		}()
+		cfg := serveConfig(dir, mbx.SigningKey{}, now, nil)
+		cfg.Options.WaitTimer = tm.start
+		cfg.ShutdownTimeout = failsafe
+		cfg.Ready = func(a string) { addr <- a }
+		go func() { done <- relayserver.Serve(ctx, cfg) }()
 		select {
 		case a := <-addr:
 			run("http://" + a)

@@ -122,22 +122,12 @@ func queryInt(s string, def int64) (int64, error) {
 
 // handleAck is POST /v2/relay/ack {epoch, through} (spec §4).
 func (s *Server) handleAck(w http.ResponseWriter, r *http.Request) {
-	body, err := readBody(w, r, s.opt.MaxSmallBody)
-	if err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	caller, err := s.authenticate(r, body)
-	if err != nil {
-		s.writeError(w, r, err)
-		return
-	}
 	var req struct {
 		Epoch   *string      `json:"epoch"`
 		Through *json.Number `json:"through"`
 	}
-	if err := decodeJSON(body, &req); err != nil {
-		s.writeError(w, r, err)
+	caller, ok := s.signedJSON(w, r, s.opt.MaxSmallBody, &req)
+	if !ok {
 		return
 	}
 	if req.Through == nil {

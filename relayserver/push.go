@@ -236,14 +236,8 @@ func countFunc[T any](s []T, f func(T) bool) int {
 
 // handlePush is POST /v2/relay/items (spec §3).
 func (s *Server) handlePush(w http.ResponseWriter, r *http.Request) {
-	body, err := readBody(w, r, s.opt.MaxBody)
-	if err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	caller, err := s.authenticate(r, body)
-	if err != nil {
-		s.writeError(w, r, err)
+	caller, body, ok := s.signedBody(w, r, s.opt.MaxBody)
+	if !ok {
 		return
 	}
 	work, err := s.parsePush(body)

@@ -12,23 +12,13 @@ import (
 // handleSenders is POST /v2/relay/senders {list, sig}: the caller publishes the allowlist of
 // sender keys it accepts (spec §2). A list with a later iat replaces the stored one.
 func (s *Server) handleSenders(w http.ResponseWriter, r *http.Request) {
-	body, err := readBody(w, r, s.opt.MaxBody)
-	if err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	caller, err := s.authenticate(r, body)
-	if err != nil {
-		s.writeError(w, r, err)
-		return
-	}
 	var req mbx.SendersPublish
-	if err := decodeJSON(body, &req); err != nil {
-		s.writeError(w, r, err)
+	caller, ok := s.signedJSON(w, r, s.opt.MaxBody, &req)
+	if !ok {
 		return
 	}
 	now := s.opt.Clock()
-	err = s.store.Update(r.Context(), func(tx Tx) error {
+	err := s.store.Update(r.Context(), func(tx Tx) error {
 		var storedIAT = zeroTime
 		if old, err := tx.SenderList(caller.HostPubkey); err == nil {
 			storedIAT = old.IAT
@@ -56,23 +46,13 @@ func (s *Server) handleSenders(w http.ResponseWriter, r *http.Request) {
 // (and POST /v1/relay/enc-key). A v1 ad for the key a stored v2 ad names is kept beside it; any
 // other publication replaces what is stored.
 func (s *Server) handlePublishEncKey(w http.ResponseWriter, r *http.Request) {
-	body, err := readBody(w, r, s.opt.MaxSmallBody)
-	if err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	caller, err := s.authenticate(r, body)
-	if err != nil {
-		s.writeError(w, r, err)
-		return
-	}
 	var req struct {
 		Ad     json.RawMessage `json:"ad"`
 		Sig    string          `json:"sig"`
 		EncPub string          `json:"enc_pub"`
 	}
-	if err := decodeJSON(body, &req); err != nil {
-		s.writeError(w, r, err)
+	caller, ok := s.signedJSON(w, r, s.opt.MaxSmallBody, &req)
+	if !ok {
 		return
 	}
 	now := s.opt.Clock()
@@ -96,7 +76,7 @@ func (s *Server) handlePublishEncKey(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, fmt.Errorf("%w: expected {ad, sig} or {enc_pub, sig}", ErrBadRequest))
 		return
 	}
-	err = s.store.Update(r.Context(), func(tx Tx) error {
+	err := s.store.Update(r.Context(), func(tx Tx) error {
 		old, err := tx.EncAd(caller.HostPubkey)
 		if err != nil && !errors.Is(err, ErrNotFound) {
 			return err
@@ -180,18 +160,8 @@ func (s *Server) handleGetEncKey(w http.ResponseWriter, r *http.Request) {
 // handleRotate is POST /v2/relay/rotate {rotation} (spec §2 Rotation). It needs no hop: both the
 // old and the new key signed the record. The old key must be one the relay enrolled.
 func (s *Server) handleRotate(w http.ResponseWriter, r *http.Request) {
-	if !s.enrolR.allow(clientKey(r, s.opt.TrustProxy), s.opt.Clock()) {
-		s.writeError(w, r, ErrRateLimited)
-		return
-	}
-	body, err := readBody(w, r, s.opt.MaxSmallBody)
-	if err != nil {
-		s.writeError(w, r, err)
-		return
-	}
 	var req mbx.RotateRequest
-	if err := decodeJSON(body, &req); err != nil {
-		s.writeError(w, r, err)
+	if !s.publicJSON(w, r, &req) {
 		return
 	}
 	oldPub := mbx.RotationOldPub(req.Rotation)

@@ -17,6 +17,25 @@ import (
 	"github.com/agentmbx/agentmbx/relayserver/sqlitestore"
 )
 
+// serveConfig is Serve over the SQLite store in dir on 127.0.0.1:0, its clock fixed at now, the
+// relay key k given as MBX_RELAY_KEY (a zero k: no variable, so relay.key serves) and log as the
+// logger of the relay and its store (nil: none).
+func serveConfig(dir string, k mbx.SigningKey, now time.Time, log *slog.Logger) relayserver.ServeConfig {
+	return relayserver.ServeConfig{
+		StoreDir: dir, Listen: "127.0.0.1:0",
+		Getenv: func(n string) string {
+			if n == relayserver.EnvRelayKey && !k.IsZero() {
+				return k.Seed()
+			}
+			return ""
+		},
+		Open: func(ctx context.Context, dir string) (relayserver.Store, error) {
+			return sqlitestore.Open(ctx, dir, &sqlitestore.Options{Logger: log})
+		},
+		Options: relayserver.Options{Clock: func() time.Time { return now }, Logger: log},
+	}
+}
+
 // serveOnce runs Serve at the given clock until it is listening, then stops it, and returns the
 // store's epoch before and after.
 func serveOnce(t *testing.T, dir string, heartbeat, now time.Time) (before, after string) {
@@ -33,15 +52,10 @@ func serveOnce(t *testing.T, dir string, heartbeat, now time.Time) (before, afte
 	ctx, cancel := context.WithCancel(bg)
 	defer cancel()
 	addrFile := filepath.Join(t.TempDir(), "addr")
-	err = relayserver.Serve(ctx, relayserver.ServeConfig{
-		StoreDir: dir, Listen: "127.0.0.1:0", AddrFile: addrFile,
-		Getenv: func(string) string { return "" },
-		Open: func(ctx context.Context, dir string) (relayserver.Store, error) {
-			return sqlitestore.Open(ctx, dir, nil)
-		},
-		Options: relayserver.Options{Clock: func() time.Time { return now }},
-		Ready:   func(string) { cancel() },
-	})
+	cfg := serveConfig(dir, mbx.SigningKey{}, now, nil)
+	cfg.AddrFile = addrFile
+	cfg.Ready = func(string) { cancel() }
+	err = relayserver.Serve(ctx, cfg)
 	if err != nil {
 		t.Fatalf("Serve: %v", err)
 	}
@@ -89,22 +103,9 @@ func TestServeWithAnotherKeyChangesNothing(t *testing.T) {
 	}
 	before, _ := st.Meta(bg)
 	st.Close()
-	other := keyFor(t, 1)
-	now := t0.Add(mbx.RelayHeartbeatStale + time.Minute)
-	err = relayserver.Serve(bg, relayserver.ServeConfig{
-		StoreDir: dir, Listen: "127.0.0.1:0",
-		Getenv: func(n string) string {
-			if n == relayserver.EnvRelayKey {
-				return other.Seed()
-			}
-			return ""
-		},
-		Open: func(ctx context.Context, dir string) (relayserver.Store, error) {
-			return sqlitestore.Open(ctx, dir, nil)
-		},
-		Options: relayserver.Options{Clock: func() time.Time { return now }},
-		Ready:   func(string) { t.Error("a relay with another key started listening") },
-	})
+	cfg := serveConfig(dir, keyFor(t, 1), t0.Add(mbx.RelayHeartbeatStale+time.Minute), nil)
+	cfg.Ready = func(string) { t.Error("a relay with another key started listening") }
+	err = relayserver.Serve(bg, cfg)
 	if !errors.Is(err, relayserver.ErrRelayKeyMismatch) {
 		t.Fatalf("Serve with another key = %v, want ErrRelayKeyMismatch", err)
 	}
@@ -151,22 +152,9 @@ func TestLogsCarryNoKeyMaterial(t *testing.T) {
 	defer cancel()
 	addr := make(chan string, 1)
 	done := make(chan error, 1)
-	go func() {
-		done <- relayserver.Serve(ctx, relayserver.ServeConfig{
-			StoreDir: dir, Listen: "127.0.0.1:0",
-			Getenv: func(n string) string {
-				if n == relayserver.EnvRelayKey {
-					return relayKey.Seed()
-				}
-				return ""
-			},
-			Open: func(ctx context.Context, dir string) (relayserver.Store, error) {
-				return sqlitestore.Open(ctx, dir, &sqlitestore.Options{Logger: log})
-			},
-			Options: relayserver.Options{Logger: log, Clock: func() time.Time { return t0 }},
-			Ready:   func(s string) { addr <- s },
-		})
-	}()
+	cfg := serveConfig(dir, relayKey, t0, log)
+	cfg.Ready = func(s string) { addr <- s }
+	go func() { done <- relayserver.Serve(ctx, cfg) }()
 	var base string
 	select {
 	case s := <-addr:

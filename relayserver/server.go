@@ -235,6 +235,53 @@ func decodeJSON(body []byte, v any) error {
 	return nil
 }
 
+// signedBody reads r's body (at most max bytes, checked while streaming) and checks the hop that
+// signed it, returning the caller's live enrolment and the body. On a failure it has answered r
+// and ok is false.
+func (s *Server) signedBody(w http.ResponseWriter, r *http.Request, max int64) (caller Enrolment, body []byte, ok bool) {
+	body, err := readBody(w, r, max)
+	if err == nil {
+		caller, err = s.authenticate(r, body)
+	}
+	if err != nil {
+		s.writeError(w, r, err)
+		return Enrolment{}, nil, false
+	}
+	return caller, body, true
+}
+
+// signedJSON is signedBody, then the body decoded into v.
+func (s *Server) signedJSON(w http.ResponseWriter, r *http.Request, max int64, v any) (Enrolment, bool) {
+	caller, body, ok := s.signedBody(w, r, max)
+	if !ok {
+		return Enrolment{}, false
+	}
+	if err := decodeJSON(body, v); err != nil {
+		s.writeError(w, r, err)
+		return Enrolment{}, false
+	}
+	return caller, true
+}
+
+// publicJSON is the start of a request without a hop (challenge, enrol, rotate): it counts the
+// call against the client address's rate, reads the small body and decodes it into v. On a
+// failure it has answered r and returns false.
+func (s *Server) publicJSON(w http.ResponseWriter, r *http.Request, v any) bool {
+	if !s.enrolR.allow(clientKey(r, s.opt.TrustProxy), s.opt.Clock()) {
+		s.writeError(w, r, ErrRateLimited)
+		return false
+	}
+	body, err := readBody(w, r, s.opt.MaxSmallBody)
+	if err == nil {
+		err = decodeJSON(body, v)
+	}
+	if err != nil {
+		s.writeError(w, r, err)
+		return false
+	}
+	return true
+}
+
 // writeJSON writes v as the response, without Go's HTML escaping (bytes as JSON.stringify would
 // write them).
 func (s *Server) writeJSON(w http.ResponseWriter, status int, v any) {

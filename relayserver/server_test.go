@@ -327,15 +327,7 @@ func TestRotationMovesQueueAndRevokes(t *testing.T) {
 	r, a, b, _ := setup(t, nil)
 	r.push(a, envItem("01KKNTQ69NA67N0QBPXKXFN501", b), envItem("01KKNTQ69NA67N0QBPXKXFN502", b))
 	next := newHost(t, "beta", 30)
-	encKey, err := mbx.GenerateEncKey(seeded(77))
-	if err != nil {
-		t.Fatal(err)
-	}
-	rot, err := mbx.SignRotation("beta", b.key, next.key, encKey.PublicKey(), r.clock.Now())
-	if err != nil {
-		t.Fatal(err)
-	}
-	body := mustJSON(t, map[string]any{"rotation": rot})
+	body := r.rotationBody(b, next)
 	code, out := r.call(nil, "POST", "/v2/relay/rotate", body)
 	if code != 200 || decode[mbx.RotateResponse](t, out).Moved != 2 {
 		t.Fatalf("rotate = %d %s, want 2 moved", code, out)
@@ -374,17 +366,7 @@ func TestRotationKeepsDuplicatesForTheOldKey(t *testing.T) {
 	item := envItem("01KKNTQ69NA67N0QBPXKXFN501", b)
 	first := r.push(a, item).Results[0]
 	next := newHost(t, "beta", 30)
-	encKey, err := mbx.GenerateEncKey(seeded(77))
-	if err != nil {
-		t.Fatal(err)
-	}
-	rot, err := mbx.SignRotation("beta", b.key, next.key, encKey.PublicKey(), r.clock.Now())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if code, out := r.call(nil, "POST", "/v2/relay/rotate", mustJSON(t, map[string]any{"rotation": rot})); code != 200 {
-		t.Fatalf("rotate = %d %s", code, out)
-	}
+	r.rotate(b, next)
 	moved := r.pull(next, 0)
 	if len(moved.Items) != 1 {
 		t.Fatalf("new key's queue = %+v, want the moved item", moved)

@@ -323,13 +323,10 @@ func waitQueued(t *testing.T, s *Store, n int) {
 	}
 }
 
-func TestGroupCommitCarriesConcurrentUnits(t *testing.T) {
-	s := openT(t, t.TempDir())
-	var sizes []int
-	s.w.beforeCommit = func(n int) error { sizes = append(sizes, n); return nil }
-	release := make(chan struct{})
-	first := holdWriter(t, s, release)
-	const n = 10
+// runQueued queues n units behind the writer that holdWriter holds (unit i inserts an item from
+// sender key(i)), releases it once all are queued, and returns each unit's error.
+func runQueued(t *testing.T, s *Store, release chan struct{}, n int) []error {
+	t.Helper()
 	var wg sync.WaitGroup
 	errs := make([]error, n)
 	for i := range n {
@@ -345,6 +342,17 @@ func TestGroupCommitCarriesConcurrentUnits(t *testing.T) {
 	waitQueued(t, s, n)
 	close(release)
 	wg.Wait()
+	return errs
+}
+
+func TestGroupCommitCarriesConcurrentUnits(t *testing.T) {
+	s := openT(t, t.TempDir())
+	var sizes []int
+	s.w.beforeCommit = func(n int) error { sizes = append(sizes, n); return nil }
+	release := make(chan struct{})
+	first := holdWriter(t, s, release)
+	const n = 10
+	errs := runQueued(t, s, release, n)
 	if err := <-first; err != nil {
 		t.Fatal(err)
 	}
@@ -371,21 +379,7 @@ func TestFailedCommitFailsEveryUnitInIt(t *testing.T) {
 	release := make(chan struct{})
 	first := holdWriter(t, s, release)
 	const n = 5
-	var wg sync.WaitGroup
-	errs := make([]error, n)
-	for i := range n {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			errs[i] = s.Update(ctx, func(tx relayserver.Tx) error {
-				_, err := tx.InsertItem(item(key(9), key(i), "x", "w", 1))
-				return err
-			})
-		}()
-	}
-	waitQueued(t, s, n)
-	close(release)
-	wg.Wait()
+	errs := runQueued(t, s, release, n)
 	if err := <-first; !errors.Is(err, relayserver.ErrCommit) {
 		t.Fatalf("first unit = %v, want ErrCommit", err)
 	}
