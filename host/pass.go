@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.etcd.io/bbolt"
@@ -130,16 +131,20 @@ func (h *Host) dispatch(ctx context.Context, wg *sync.WaitGroup) (int, error) {
 				delete(h.inflight, host)
 				h.mu.Unlock()
 			}()
-			h.sendHost(ctx, peer, grp)
-			h.kickOutbox() // more may have become due meanwhile
+			if h.sendHost(ctx, peer, grp) {
+				h.kickOutbox() // more may have become due meanwhile
+			}
+			// Otherwise the rows stay due unrecorded (the store failed, or shutdown): the next
+			// tick retries them, not an immediate pass.
 		}()
 	}
 	return started, nil
 }
 
 // sendHost sends one host's due rows, each over the transport transportFor picks, and records the
-// outcomes. Rows flagged for a re-push while no relay is usable back off.
-func (h *Host) sendHost(ctx context.Context, peer PeerRecord, rows []outbox.Row) {
+// outcomes. Rows flagged for a re-push while no relay is usable back off. It reports whether
+// every outcome was recorded.
+func (h *Host) sendHost(ctx context.Context, peer PeerRecord, rows []outbox.Row) bool {
 	link, why := h.relayUsable(), ""
 	if link == nil {
 		why = "no relay is set"
@@ -159,8 +164,9 @@ func (h *Host) sendHost(ctx context.Context, peer PeerRecord, rows []outbox.Row)
 			relay = append(relay, r)
 		}
 	}
-	if len(stuck) > 0 {
-		h.record(ctx, peer.Host, stuck, failedAll(len(stuck), "re-push to the relay: "+why), outbox.TransportRelay)
+	var failed atomic.Bool
+	if len(stuck) > 0 && !h.record(ctx, peer.Host, stuck, failedAll(len(stuck), "re-push to the relay: "+why), outbox.TransportRelay) {
+		failed.Store(true)
 	}
 	// The two transports go at the same time: a LAN address that swallows packets does not hold
 	// up the rows for the relay.
@@ -179,19 +185,24 @@ func (h *Host) sendHost(ctx context.Context, peer PeerRecord, rows []outbox.Row)
 			out := part.tr.Send(sctx, peer, part.rows)
 			cancel()
 			if ctx.Err() != nil {
+				failed.Store(true)
 				return // shutting down: the rows stay due, the next start sends them again
 			}
 			if part.tr.Kind() == outbox.TransportLAN {
 				h.noteLAN(peer.Host, out)
 			}
-			h.record(ctx, peer.Host, part.rows, out, part.tr.Kind())
+			if !h.record(ctx, peer.Host, part.rows, out, part.tr.Kind()) {
+				failed.Store(true)
+			}
 		}()
 	}
 	wg.Wait()
+	return !failed.Load()
 }
 
-// record stores the outcomes of one host's attempt in one transaction.
-func (h *Host) record(ctx context.Context, host string, rows []outbox.Row, out []Outcome, tr outbox.Transport) {
+// record stores the outcomes of one host's attempt in one transaction, and reports whether it
+// committed.
+func (h *Host) record(ctx context.Context, host string, rows []outbox.Row, out []Outcome, tr outbox.Transport) bool {
 	alerts := 0
 	err := h.db.Update(func(tx *bbolt.Tx) error {
 		alerts = 0
@@ -262,11 +273,12 @@ func (h *Host) record(ctx context.Context, host string, rows []outbox.Row, out [
 	})
 	if err != nil {
 		h.log.Error("recording outbox outcomes", "peer", host, "err", err)
-		return
+		return false
 	}
 	if alerts > 0 {
 		h.mail.notify()
 	}
+	return true
 }
 
 // alertTx delivers the alert for a row that ended without delivery to its local sender, from the
