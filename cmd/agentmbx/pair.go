@@ -32,6 +32,17 @@ type pairing interface {
 	cancel(ctx context.Context) error
 }
 
+// cancelUnlessDone ends the pairing session unless *done: a command that leaves early (an
+// error, a declined code, Ctrl-C) leaves no session open behind it.
+func cancelUnlessDone(ctx context.Context, p pairing, done *bool) {
+	if *done {
+		return
+	}
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	p.cancel(cctx)
+}
+
 func (c *conn) pairing() pairing {
 	if c.host != nil {
 		return hostPairing{c.host}
@@ -167,13 +178,7 @@ listens itself for the session (--listen, default the host's listen address).`,
 				}
 				// From here on, leaving early ends the session.
 				done := false
-				defer func() {
-					if !done {
-						cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-						p.cancel(cctx)
-						cancel()
-					}
-				}()
+				defer cancelUnlessDone(ctx, p, &done)
 				fmt.Fprintf(w, "pairing token: %s\n", token)
 				fmt.Fprintf(w, "on the other host run:\n  agentmbx join %s %s\n", addr, token)
 				fmt.Fprintln(cmd.ErrOrStderr(), "waiting for the other host to join…")
@@ -230,13 +235,7 @@ same 6-digit code: compare them and confirm on both sides.`,
 					return err
 				}
 				done := false
-				defer func() {
-					if !done {
-						cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-						p.cancel(cctx)
-						cancel()
-					}
-				}()
+				defer cancelUnlessDone(ctx, p, &done)
 				peer, err := confirmCode(ctx, cmd, p, st, yes)
 				if err != nil {
 					return err
