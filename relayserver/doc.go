@@ -66,10 +66,10 @@
 //
 // # Caveats
 //
-// A push whose client goes away while it waits for its commit may still commit; it wakes no held
-// pull, so such an item reaches a long-polling target at the end of its current wait. Wakes live
-// in this process only: a second relay process over the same store would not wake this one's
-// pulls (the store's lock file allows only one anyway).
+// A push or rotation whose client goes away once its unit is queued still waits for the unit's
+// outcome (and commits it, unanswered: the client's retry is a duplicate), so a commit always
+// wakes the pulls held for it. Wakes live in this process only: a second relay process over the
+// same store would not wake this one's pulls (the store's lock file allows only one anyway).
 //
 // Not built yet: the retention sweep with expiry notices and dedup tombstones (spec §6), online
 // backup and restore commands, and the v1 message endpoints (/v1/relay/messages). The Store and Tx

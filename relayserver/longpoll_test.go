@@ -1,11 +1,13 @@
 package relayserver_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
@@ -487,5 +489,65 @@ func TestParseWait(t *testing.T) {
 		if err != nil && !errors.Is(err, relayserver.ErrBadRequest) {
 			t.Errorf("parseWait(%q) error %v is not ErrBadRequest", c.in, err)
 		}
+	}
+}
+
+// updateHook is a Store whose Update runs a hook after the caller's unit, inside the transaction,
+// before the commit.
+type updateHook struct {
+	relayserver.Store
+	after func()
+}
+
+func (h *updateHook) Update(ctx context.Context, fn func(relayserver.Tx) error) error {
+	return h.Store.Update(ctx, func(tx relayserver.Tx) error {
+		err := fn(tx)
+		if h.after != nil {
+			h.after()
+		}
+		return err
+	})
+}
+
+// TestLongPollWokenByPushWhoseClientLeft: the pusher goes away after its item was written and
+// before the commit. The item commits all the same, so the pull parked for the target must be
+// woken by that commit, not left waiting out its whole wait.
+func TestLongPollWokenByPushWhoseClientLeft(t *testing.T) {
+	t.Parallel()
+	tm := newTimers()
+	hook := &updateHook{}
+	r := &relay{t: t, dir: t.TempDir(), key: keyFor(t, 0), clock: &clock{t: t0},
+		opts: func(o *relayserver.Options) { o.WaitTimer = tm.start },
+		wrap: func(s relayserver.Store) relayserver.Store { hook.Store = s; return hook }}
+	r.start()
+	t.Cleanup(r.stop)
+	a, b := newHost(t, "alpha", 1), newHost(t, "beta", 2)
+	r.enrol(a)
+	r.enrol(b)
+	poll := r.pollAsync(bg, b, "/v2/relay/items?after=0&wait=30")
+	tm.parked(t)
+
+	const id = "01KKNTQ2CN9WJ3MR4Q1P12F0B1"
+	body := mustJSON(t, mbx.PushRequest{Items: []mbx.PushItem{envItem(id, b)}})
+	req := httptest.NewRequest("POST", "/v2/relay/items", bytes.NewReader(body))
+	for k, v := range mbx.SignRelayHop(a.key, a.name, "POST", "/v2/relay/items", body, r.clock.Now(), true) {
+		req.Header[k] = v
+	}
+	ctx, leave := context.WithCancel(bg)
+	hook.after = func() { leave(); <-ctx.Done() } // the client is gone before the commit
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		r.srv.ServeHTTP(httptest.NewRecorder(), req.WithContext(ctx))
+	}()
+	select {
+	case <-done:
+	case <-time.After(failsafe):
+		t.Fatal("the push did not finish")
+	}
+	hook.after = nil
+	p := pageOf(t, await(t, poll))
+	if got := ids(p); len(got) != 1 || got[0] != id {
+		t.Fatalf("parked pull = %+v, want the item whose pusher left", p)
 	}
 }

@@ -1,6 +1,7 @@
 package relayserver
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -255,15 +256,19 @@ func (s *Server) handlePush(w http.ResponseWriter, r *http.Request) {
 		}
 		s.checkItem(it, sender)
 	}
+	// Once queued, the unit's outcome is waited for even when the client goes away: a unit that
+	// commits must wake the pulls held for its targets, and only its real outcome says whether it
+	// did.
+	ctx := context.WithoutCancel(r.Context())
 	if n := countFunc(work, func(it *pushWork) bool { return it.code == "" }); n == 1 {
 		// One item: the request's own unit is the item's, and a refusal rolls it back.
 		it := work[slices.IndexFunc(work, func(it *pushWork) bool { return it.code == "" })]
-		err = s.store.Update(r.Context(), func(tx Tx) error { return s.storeItem(tx, it, sender, now) })
+		err = s.store.Update(ctx, func(tx Tx) error { return s.storeItem(tx, it, sender, now) })
 		if rj := (*rejection)(nil); errors.As(err, &rj) {
 			it.code, err = rj.code, nil
 		}
 	} else if n > 1 {
-		err = s.store.Update(r.Context(), func(tx Tx) error {
+		err = s.store.Update(ctx, func(tx Tx) error {
 			for _, it := range work {
 				if it.code != "" {
 					continue

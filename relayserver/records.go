@@ -1,6 +1,7 @@
 package relayserver
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -180,7 +181,8 @@ func (s *Server) handleRotate(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var res RotateResult
-	err = s.store.Update(r.Context(), func(tx Tx) error {
+	// Waited for even when the client goes away: a committed rotation must wake the held pulls.
+	err = s.store.Update(context.WithoutCancel(r.Context()), func(tx Tx) error {
 		var err error
 		res, err = tx.Rotate(Rotation{OldPubkey: rot.Rec.OldPub, NewPubkey: rot.Rec.NewPub,
 			HostName: rot.Rec.Host, At: s.opt.Clock()})
