@@ -244,9 +244,9 @@ func (r *Receiver) reset(ctx context.Context, st *StepResult, epoch string, why 
 }
 
 // Run steps until ctx is done (it then returns ctx's error) or the relay key changes (it returns
-// that error: relay use stops until the owner confirms the new key). It pulls again at once while
-// the relay has more, after a reset and after a long poll the relay held; otherwise it pauses
-// Idle. Failed steps are logged and retried after a backoff.
+// that error: relay use stops until the owner confirms the new key). It pulls again at once after
+// a page that brought items (the relay may have more), after a reset and after a long poll the
+// relay held; otherwise it pauses Idle. Failed steps are logged and retried after a backoff.
 func (r *Receiver) Run(ctx context.Context) error {
 	backoff := time.Duration(0)
 	reenrolled := false // once per failure streak: a relay that still refuses gets the backoff
@@ -259,7 +259,9 @@ func (r *Receiver) Run(ctx context.Context) error {
 		switch {
 		case err == nil:
 			backoff, reenrolled = 0, false
-			if !st.More && st.Reset == 0 && !st.Waited && st.Done() == 0 {
+			// A page that moved nothing pauses, whatever its "more" says: a relay that keeps
+			// saying more without items must not get a tight loop of pulls.
+			if st.Reset == 0 && !st.Waited && st.Done() == 0 {
 				pause = r.opt.Idle
 			}
 		case ctx.Err() != nil:

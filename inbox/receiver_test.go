@@ -381,3 +381,47 @@ func (h *heldRelay) Pull(ctx context.Context, r relayclient.PullRequest) (mbx.Pu
 	}
 	return p, err
 }
+
+// moreRelay says there is more on every page, however empty; it cancels the run after stopAfter
+// pulls.
+type moreRelay struct {
+	*memRelay
+	stopAfter int
+	cancel    context.CancelFunc
+}
+
+func (m *moreRelay) Pull(ctx context.Context, r relayclient.PullRequest) (mbx.PullResponse, error) {
+	p, err := m.memRelay.Pull(ctx, r)
+	p.More = true
+	if len(m.memRelay.pulls) >= m.stopAfter {
+		m.cancel()
+	}
+	return p, err
+}
+
+// TestReceiverPausesWithoutProgress: a relay whose pages say "more" but bring nothing new (a faulty
+// or hostile relay) gets the idle pause between pulls, not a tight loop of requests.
+func TestReceiverPausesWithoutProgress(t *testing.T) {
+	s := openStore(t, "")
+	m := &memRelay{epoch: "ep1"}
+	m.add(pitem(10, "a"))
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	sl := &sleeper{stop: func(int, time.Duration) bool { return false }, cancel: cancel}
+	mr := &moreRelay{memRelay: m, stopAfter: 5, cancel: cancel}
+	r, err := s.NewReceiver(relayURL, mr, &mailbox{}, &ReceiverOptions{Sleep: sl.sleep, Logger: quiet()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Run(ctx); !errors.Is(err, context.Canceled) {
+		t.Fatal(err)
+	}
+	// The first page brings item 10 (progress: pull again at once); the next ones bring nothing.
+	want := []time.Duration{DefaultIdle, DefaultIdle, DefaultIdle}
+	if !slices.Equal(sl.pauses, want) {
+		t.Fatalf("pauses %v, want %v", sl.pauses, want)
+	}
+	if got := stored(t, s); len(got) != 1 {
+		t.Fatalf("mailbox %v, want a", got)
+	}
+}
