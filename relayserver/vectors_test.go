@@ -4,12 +4,14 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/agentmbx/agentmbx/mbx"
 	"github.com/agentmbx/agentmbx/relayserver"
 )
 
@@ -80,7 +82,14 @@ func TestRelayHopVectors(t *testing.T) {
 			}
 			body, _ := io.ReadAll(resp.Body)
 			resp.Body.Close()
-			refused := resp.StatusCode == 401 || resp.StatusCode == 403 || resp.StatusCode == 404
+			refused := resp.StatusCode == 401 || resp.StatusCode == 403
+			if resp.StatusCode == http.StatusNotFound || resp.StatusCode == http.StatusMethodNotAllowed {
+				// No route serves this method (the "method changed" case): the relay never reaches
+				// the hop check, so check the hop as the relay would have, against the caller's key.
+				u, _ := url.Parse(c.RequestURL)
+				err := mbx.VerifyRelayHop(req.Header.Get(mbx.HeaderKey), req.Header, c.Method, mbx.RelaySignedPath(u), []byte(c.Body), time.UnixMilli(c.NowMS))
+				refused = err != nil
+			}
 			if strings.HasPrefix(c.RequestURL, "/v2/relay/info") {
 				// info answers everyone; only a valid hop gets the caller's own block.
 				refused = !strings.Contains(string(body), `"you":`)
