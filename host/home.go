@@ -108,12 +108,21 @@ func Init(dir string, opts InitOptions) error {
 	if err != nil {
 		return fmt.Errorf("host: init: %w", err)
 	}
+	// The store's lock is held until the keys are written, and the identity is looked for again
+	// under it: of two inits racing on one home, the second finds the first's host.key instead of
+	// replacing it.
 	db, err := bbolt.Open(filepath.Join(dir, StateFile), 0o600, &bbolt.Options{Timeout: time.Second})
 	if err != nil {
 		if errors.Is(err, bbolt.ErrTimeout) {
 			return fmt.Errorf("host: init: %w", ErrLocked)
 		}
 		return fmt.Errorf("host: init: open store: %w", err)
+	}
+	defer db.Close()
+	if _, err := os.Stat(filepath.Join(dir, HostKeyFile)); err == nil {
+		return fmt.Errorf("host: init %s: %w", dir, ErrExists)
+	} else if !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("host: init: %w", err)
 	}
 	err = db.Update(func(tx *bbolt.Tx) error {
 		if err := createBuckets(tx); err != nil {
@@ -128,9 +137,6 @@ func Init(dir string, opts InitOptions) error {
 		}
 		return m.Put(metaCreated, []byte(mbx.ISOTime(clock())))
 	})
-	if cerr := db.Close(); err == nil {
-		err = cerr
-	}
 	if err != nil {
 		return fmt.Errorf("host: init: store: %w", err)
 	}
@@ -139,6 +145,9 @@ func Init(dir string, opts InitOptions) error {
 	}
 	if err := writeKeyFile(filepath.Join(dir, HostKeyFile), hk.File()); err != nil {
 		return fmt.Errorf("host: init: %w", err)
+	}
+	if err := db.Close(); err != nil {
+		return fmt.Errorf("host: init: store: %w", err)
 	}
 	return nil
 }

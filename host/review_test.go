@@ -1,7 +1,11 @@
 package host
 
 import (
+	"errors"
+	"fmt"
+	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/agentmbx/agentmbx/mbx"
@@ -80,5 +84,43 @@ func unstorableAccept(t *testing.T, edit func(acc map[string]any)) {
 	}
 	if p, _ := r.counts(); p != pushes {
 		t.Fatalf("pushed again before next_at")
+	}
+}
+
+// TestInitRaceKeepsOneIdentity: of several inits racing on one home, exactly one creates the
+// identity; the others are refused (it exists, or the store is locked) and replace nothing.
+func TestInitRaceKeepsOneIdentity(t *testing.T) {
+	for round := range 5 {
+		dir := filepath.Join(t.TempDir(), "home")
+		const n = 6
+		errs := make(chan error, n)
+		var wg sync.WaitGroup
+		for i := range n {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				errs <- Init(dir, InitOptions{Host: fmt.Sprintf("h%d", i)})
+			}()
+		}
+		wg.Wait()
+		close(errs)
+		ok := 0
+		for err := range errs {
+			switch {
+			case err == nil:
+				ok++
+			case errors.Is(err, ErrExists), errors.Is(err, ErrLocked):
+			default:
+				t.Fatalf("round %d: Init: %v", round, err)
+			}
+		}
+		if ok != 1 {
+			t.Fatalf("round %d: %d inits succeeded, want exactly 1", round, ok)
+		}
+		h, err := Open(dir, nil)
+		if err != nil {
+			t.Fatalf("round %d: Open: %v", round, err)
+		}
+		h.Close()
 	}
 }
