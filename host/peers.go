@@ -294,20 +294,3 @@ func (h *Host) RemovePeer(ctx context.Context, host string) error {
 	poke(h.rl.keep) // the relay's sender allowlist names the peers
 	return nil
 }
-
-// setPeerAddr records a peer's LAN address learned from a verified hop, when it changed.
-func (h *Host) setPeerAddr(host, addr string) {
-	err := h.db.Update(func(tx *bbolt.Tx) error {
-		b := tx.Bucket(bucketPeers)
-		var p PeerRecord
-		found, err := getJSON(b, []byte(host), &p)
-		if err != nil || !found || p.Addr == addr {
-			return err
-		}
-		p.Addr = addr
-		return putJSON(b, []byte(host), p)
-	})
-	if err != nil {
-		h.log.Warn("recording peer address", "peer", host, "err", err)
-	}
-}
