@@ -61,6 +61,10 @@ func (h *Host) relayKeep(ctx context.Context, force bool) error {
 			return h.relayFailed(l, opEnrol, err)
 		}
 		h.relayProblem(l, opEnrol, nil)
+		// A pull refused before enrolment (401 not enrolled) is answered by this enrolment; a
+		// pull that still fails records its problem again, while the next one may be parked in
+		// a long poll for many seconds.
+		h.relayProblem(l, opPull, nil)
 		s.Enrolled = &relayEnrolment{URL: l.pin.URL, RelayKey: l.pin.RelayKey, Epoch: info.Epoch, HostKey: hostKey, At: mbx.ISOTime(now)}
 		h.log.Info("enrolled at the relay", "relay", l.pin.URL, "epoch", info.Epoch)
 		if err := h.saveKeep(l, s); err != nil {
