@@ -43,19 +43,6 @@ func (p PeerRecord) keyFor(fp string) string {
 	return ""
 }
 
-// verifyAny reports whether sig over msg verifies with p's current or a retired host key.
-func (p PeerRecord) verifyAny(msg []byte, sig string) bool {
-	if mbx.Verify(p.HostPubkey, msg, sig) {
-		return true
-	}
-	for _, k := range p.RetiredKeys {
-		if mbx.Verify(k, msg, sig) {
-			return true
-		}
-	}
-	return false
-}
-
 func (p *PeerRecord) validate() error {
 	switch {
 	case !ValidHostName(p.Host):
