@@ -53,7 +53,7 @@ func Dial(ctx context.Context, home string) (*Client, error) {
 		if errors.Is(err, syscall.ENOENT) || errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ENOTDIR) {
 			return nil, fmt.Errorf("client: dial %s: %w", sock, ErrNoDaemon)
 		}
-		return nil, withHint(fmt.Errorf("client: dial %s: %w", sock, err),
+		return nil, WithHint(fmt.Errorf("client: dial %s: %w", sock, err),
 			"check the permissions of the host home; the socket is the daemon owner's alone")
 	}
 	conn.Close()
@@ -219,7 +219,7 @@ func (c *Client) do(ctx context.Context, method, path string, q url.Values, in, 
 		if errors.Is(err, syscall.ENOENT) || errors.Is(err, syscall.ECONNREFUSED) {
 			err = fmt.Errorf("%w (%v)", ErrNoDaemon, err)
 		}
-		return withHint(fmt.Errorf("client: %s %s: %w", method, path, err),
+		return WithHint(fmt.Errorf("client: %s %s: %w", method, path, err),
 			"the daemon stopped answering; check its log, then retry (a send that was not answered may or may not have been accepted: look at `agentmbx outbox`)")
 	}
 	defer resp.Body.Close()

@@ -157,7 +157,8 @@ func (h *hinted) Error() string { return h.err.Error() }
 func (h *hinted) Unwrap() error { return h.err }
 func (h *hinted) Hint() string  { return h.hint }
 
-// withHint wraps err so that it carries hint (printed by the CLI on its own line).
-func withHint(err error, hint string, args ...any) error {
+// WithHint wraps err so that it carries a hint for a person: what to do about it (the CLI prints
+// it on its own line). The hint is a format string with args.
+func WithHint(err error, hint string, args ...any) error {
 	return &hinted{err: err, hint: fmt.Sprintf(hint, args...)}
 }

@@ -180,19 +180,9 @@ func isTerminal(f *os.File) bool {
 	return isatty.IsTerminal(f.Fd()) || isatty.IsCygwinTerminal(f.Fd())
 }
 
-// hinted is an error with a hint line for a person (printErr prints it).
-type hinted struct {
-	err  error
-	hint string
-}
-
-func (h *hinted) Error() string { return h.err.Error() }
-func (h *hinted) Unwrap() error { return h.err }
-func (h *hinted) Hint() string  { return h.hint }
-
-// hint attaches a hint to err.
+// hint attaches a hint to err (printErr prints it on its own line).
 func hint(err error, format string, args ...any) error {
-	return &hinted{err: err, hint: fmt.Sprintf(format, args...)}
+	return client.WithHint(err, format, args...)
 }
 
 // usageErr is an error in how a command was called (exit status 2), with a hint when h is set.
