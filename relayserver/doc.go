@@ -50,6 +50,28 @@
 // one, and Serve rotates the epoch at start when the stored heartbeat is stale (a restore or a
 // long outage).
 //
+// # Retention
+//
+// Every item carries expires_at = accepted_at + retention (limits.retention_days, 14 by
+// default). RunSweeper (started by Serve, stopped before the store closes; Options.SweepEvery,
+// a minute by default, with an injectable ticker) calls Sweep, which in one transaction deletes
+// up to Options.SweepBatch expired items, running further batches at once while a batch was full.
+// An expired item's dedup row stays as a tombstone, so a late retry is a duplicate and is never
+// delivered after expiry. For each expired envelope the sweep queues for its sender a kind
+// "expired" item: canonical({notice, sig}) with notice {v:1, type:"relay-expired", item_id,
+// target_pubkey, accepted_at, expired_at} signed by the relay key, sender the relay key, item id
+// mbx.ExpiryNoticeItemID, with its own seq, dedup row and retention. Notices are exempt from
+// sender shares but not from the sender's own queue caps; a sender whose key is no longer live
+// or whose queue is full is skipped and counted (mbx.SweepReport), since its own deadline alerts
+// it. Expired receipts and expired notices go without notice. Pulls parked for senders that got
+// notices are woken after the commit.
+//
+// Dedup rows are kept for the dedup horizon (retention + 7 days) after their item was acked or
+// expired. The store does not record when an item was acked, so a row goes once its item is no
+// longer queued and it was accepted more than 2 × retention + 7 days ago: never earlier than the
+// horizon (an item is acked or expired at the latest one retention after acceptance), at most
+// one retention later. A retry after that is a new item.
+//
 // # Identity
 //
 // The relay key (LoadKey) comes from MBX_RELAY_KEY or relay.key beside the store, generated on
@@ -71,7 +93,9 @@
 // wakes the pulls held for it. Wakes live in this process only: a second relay process over the
 // same store would not wake this one's pulls (the store's lock file allows only one anyway).
 //
-// Not built yet: the retention sweep with expiry notices and dedup tombstones (spec §6), online
-// backup and restore commands, and the v1 message endpoints (/v1/relay/messages). The Store and Tx
-// interfaces are where they will go.
+// A notice goes to the sender key that pushed the envelope: a sender that rotated its key since
+// gets none (its old key is revoked) and relies on its own deadline.
+//
+// Not built yet: online backup and restore commands, and the v1 message endpoints
+// (/v1/relay/messages). The Store and Tx interfaces are where they will go.
 package relayserver

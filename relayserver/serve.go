@@ -137,6 +137,11 @@ func Serve(ctx context.Context, cfg ServeConfig) (err error) {
 			return fmt.Errorf("relayserver: serve: addr file: %w", err)
 		}
 	}
+	// The retention sweep runs until shutdown begins and has stopped before the store closes.
+	sweepCtx, stopSweep := context.WithCancel(context.Background())
+	sweepDone := make(chan struct{})
+	go func() { defer close(sweepDone); srv.RunSweeper(sweepCtx) }()
+	defer func() { stopSweep(); <-sweepDone }()
 	tick := time.NewTicker(cfg.HeartbeatEvery)
 	defer tick.Stop()
 	for {

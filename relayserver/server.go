@@ -55,6 +55,13 @@ type Options struct {
 	// WaitTimer starts the timer of a long poll: the channel fires when the wait is over, stop
 	// releases it. Injected for tests. Default time.NewTimer.
 	WaitTimer func(d time.Duration) (c <-chan time.Time, stop func() bool)
+	// SweepEvery is how often RunSweeper runs the retention sweep (default DefaultSweepEvery);
+	// SweepBatch bounds the items one sweep transaction expires (default DefaultSweepBatch).
+	SweepEvery time.Duration
+	SweepBatch int
+	// SweepTicker starts RunSweeper's ticker: the channel fires at each sweep, stop releases it.
+	// Injected for tests. Default time.NewTicker.
+	SweepTicker func(d time.Duration) (c <-chan time.Time, stop func())
 	// TrustProxy says which header carries the client address.
 	TrustProxy TrustProxy
 	// Authority decides enrolments. Default HostKeyAuthority.
@@ -125,6 +132,15 @@ func New(ctx context.Context, store Store, opt Options) (*Server, error) {
 	}
 	if opt.WaitTimer == nil {
 		opt.WaitTimer = defaultWaitTimer
+	}
+	if opt.SweepEvery <= 0 {
+		opt.SweepEvery = DefaultSweepEvery
+	}
+	if opt.SweepBatch <= 0 {
+		opt.SweepBatch = DefaultSweepBatch
+	}
+	if opt.SweepTicker == nil {
+		opt.SweepTicker = defaultTicker
 	}
 	if opt.Authority == nil {
 		opt.Authority = HostKeyAuthority{}

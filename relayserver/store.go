@@ -106,4 +106,22 @@ type Tx interface {
 	// allowlist and the old key's place in other targets' allowlists; then revokes the old key.
 	// The new key must not be revoked (ErrRevoked).
 	Rotate(r Rotation) (RotateResult, error)
+
+	Expiry
+}
+
+// Expiry is the write side of the retention sweep (spec §6). It is part of Tx; the sweep runs
+// it inside one Update, so the deletions, the tombstones it keeps and the notices it queues
+// commit together.
+type Expiry interface {
+	// ExpiredItems returns up to limit items with ExpiresAt <= now, oldest expiry first, without
+	// their wire bytes.
+	ExpiredItems(now time.Time, limit int) ([]Item, error)
+	// DeleteItem deletes target's item seq, takes it off the usage counters and returns its wire
+	// size. Its dedup row stays as a tombstone, so a late retry of the item is a duplicate.
+	// Deleting an item that is not there does nothing and returns 0.
+	DeleteItem(target string, seq int64) (int64, error)
+	// PruneDedup deletes up to limit dedup rows accepted at or before acceptedBefore whose item
+	// is no longer queued, and returns how many went.
+	PruneDedup(acceptedBefore time.Time, limit int) (int64, error)
 }

@@ -30,6 +30,14 @@
 // at once, and InsertItem writes the dedup row first (with its seq computed in the statement, so
 // a repeat fails before anything changed), then the seq, the item and both usage counters.
 //
+// # Expiry
+//
+// The retention sweep's primitives (relayserver.Expiry) use two indexes: items_expires finds the
+// expired items (ExpiredItems, oldest first, bounded), and dedup_accepted the dedup rows old
+// enough to prune (PruneDedup, bounded, skipping any row whose item is still queued).
+// DeleteItem keeps the item's dedup row as a tombstone and takes the item off the usage counters
+// in the same unit.
+//
 // # Schema
 //
 // Tables: meta (epoch, relay_pubkey, schema_version, heartbeat), enrolments, sender_lists with

@@ -487,3 +487,62 @@ ON CONFLICT(target_pubkey) DO UPDATE SET acked_through = excluded.acked_through`
 	res.HeadSeq, res.AckedThrough = h.HeadSeq, acked
 	return res, nil
 }
+
+func (t *tx) ExpiredItems(now time.Time, limit int) ([]relayserver.Item, error) {
+	rows, err := t.q.QueryContext(bg, `SELECT target_pubkey, seq, kind, item_id, sender_pubkey,
+	wire_hash, accepted_at, expires_at FROM items WHERE expires_at <= ? ORDER BY expires_at LIMIT ?`,
+		ms(now), limit)
+	if err != nil {
+		return nil, fmt.Errorf("expired items: %w", err)
+	}
+	defer rows.Close()
+	var out []relayserver.Item
+	for rows.Next() {
+		var it relayserver.Item
+		var kind string
+		var at, exp int64
+		if err := rows.Scan(&it.Target, &it.Seq, &kind, &it.ItemID, &it.Sender, &it.WireHash,
+			&at, &exp); err != nil {
+			return nil, fmt.Errorf("expired items: %w", err)
+		}
+		it.Kind, it.AcceptedAt, it.ExpiresAt = relayserver.Kind(kind), fromMS(at), fromMS(exp)
+		out = append(out, it)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("expired items: %w", err)
+	}
+	return out, nil
+}
+
+func (t *tx) DeleteItem(target string, seq int64) (int64, error) {
+	var sender string
+	var n int64
+	err := t.q.QueryRowContext(bg, `DELETE FROM items WHERE target_pubkey = ? AND seq = ?
+RETURNING sender_pubkey, bytes`, target, seq).Scan(&sender, &n)
+	if errors.Is(err, sql.ErrNoRows) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("delete item: %w", err)
+	}
+	if err := t.addUsage(target, sender, -1, -n); err != nil {
+		return 0, fmt.Errorf("delete item: usage: %w", err)
+	}
+	if _, err := t.q.ExecContext(bg, `DELETE FROM usage WHERE target_pubkey = ?
+	AND sender_pubkey IN ('', ?) AND items <= 0`, target, sender); err != nil {
+		return 0, fmt.Errorf("delete item: usage: %w", err)
+	}
+	return n, nil
+}
+
+func (t *tx) PruneDedup(acceptedBefore time.Time, limit int) (int64, error) {
+	r, err := t.q.ExecContext(bg, `DELETE FROM dedup WHERE (sender_pubkey, item_id, target_pubkey) IN (SELECT d.sender_pubkey, d.item_id, d.target_pubkey
+		FROM dedup d WHERE d.accepted_at <= ?1 AND NOT EXISTS(SELECT 1 FROM items i
+			WHERE i.target_pubkey = d.target_pubkey AND i.seq = d.seq)
+		ORDER BY d.accepted_at LIMIT ?2)`, ms(acceptedBefore), limit)
+	if err != nil {
+		return 0, fmt.Errorf("prune dedup: %w", err)
+	}
+	n, _ := r.RowsAffected()
+	return n, nil
+}
