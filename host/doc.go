@@ -112,6 +112,10 @@
 // receipt; a repeated envelope re-sends the current delivery receipts. Receipts to a host reached
 // only through the relay go through it too.
 //
+// Crash tests kill a host at the failpoints host.relay.after-push-before-record (a push answered,
+// its outcome not yet recorded) and host.relay.handled-before-commit (an envelope handled inside
+// a page's transaction, before the commit); see package failpoint and relay_crash_test.go.
+//
 // # Caveats
 //
 //   - Time and randomness are injected (Options.Clock, Options.Rand); the daemon's timers are

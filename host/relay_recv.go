@@ -9,6 +9,7 @@ import (
 	"go.etcd.io/bbolt"
 
 	"github.com/agentmbx/agentmbx/inbox"
+	"github.com/agentmbx/agentmbx/internal/failpoint"
 	"github.com/agentmbx/agentmbx/mbx"
 	"github.com/agentmbx/agentmbx/outbox"
 	"github.com/agentmbx/agentmbx/quarantine"
@@ -103,6 +104,9 @@ func (rh relayHandler) HandleEnvelope(tx *bbolt.Tx, it inbox.Item) (inbox.Verdic
 			tx.OnCommit(h.kickOutbox)
 		}
 		return inbox.Duplicate(), nil
+	}
+	if err := failpoint.Inject(FailRelayHandledBeforeCommit); err != nil {
+		return inbox.Verdict{}, err
 	}
 	tx.OnCommit(h.Wake)
 	return inbox.Accepted(), nil

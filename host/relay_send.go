@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/agentmbx/agentmbx/internal/failpoint"
 	"github.com/agentmbx/agentmbx/mbx"
 	"github.com/agentmbx/agentmbx/outbox"
 	"github.com/agentmbx/agentmbx/relayclient"
@@ -33,6 +34,16 @@ import (
 // the row pending: a 200 without a valid statement, a missing result, a lost answer. Rejections
 // are kept with their reason: retried with backoff where retrying can help (quotas, rate, a target
 // not yet enrolled or not yet allowing this sender), ended with an alert where it cannot.
+
+// Failpoints of the relay paths (see package failpoint; MBX_FAILPOINT in crash tests).
+const (
+	// FailRelayAfterPushBeforeRecord fires after a push answered and before its outcomes are
+	// recorded in the outbox.
+	FailRelayAfterPushBeforeRecord = "host.relay.after-push-before-record"
+	// FailRelayHandledBeforeCommit fires inside the transaction of a relay page, after an
+	// envelope was handled and before the page (mail and checkpoint) commits.
+	FailRelayHandledBeforeCommit = "host.relay.handled-before-commit"
+)
 
 const (
 	// relayAfterLANFailures is how many failed LAN attempts move a row to the relay.
@@ -159,6 +170,8 @@ func (t *relayTransport) push(ctx context.Context, rows []outbox.Row, lim mbx.Li
 		return failedAll(len(rows), "relay push: "+err.Error())
 	}
 	h.relayProblem(l, opPush, nil)
+	// Crash drill: the relay committed the push, the host has not recorded its answer.
+	_ = failpoint.Inject(FailRelayAfterPushBeforeRecord)
 	out := make([]Outcome, len(rows))
 	epochs := map[string]bool{}
 	for i, r := range rows {
