@@ -50,6 +50,21 @@
 // one, and Serve rotates the epoch at start when the stored heartbeat is stale (a restore or a
 // long outage).
 //
+// # Backup and restore
+//
+// sqlitestore.Backup (agentmbx relay backup FILE) copies the store online with SQLite's VACUUM
+// INTO: one read snapshot, without the store's lock, which under WAL never holds up the running
+// relay's writer; the copy is checked, made 0600, fsynced and renamed into place. It holds every
+// item whose push was answered before it started. sqlitestore.Restore (agentmbx relay restore
+// FILE) takes the lock without waiting (ErrLocked while a relay serves), refuses a file that is
+// not a relay store (ErrBadBackup), has a newer schema (ErrSchemaTooNew) or belongs to another
+// relay key than the store's or relay.key's (ErrRelayKeyMismatch, unless forced), then renames a
+// prepared copy over relay.db with a new epoch, restored_at and restored_from in meta, and each
+// target's next_seq raised to the replaced store's, so new items land above every seq handed out
+// before even when the clock has not moved. The replaced database stays as relay.db.pre-restore.
+// agentmbx relay rotate-epoch gives a stopped store a new epoch (after a restore made any other
+// way). Hosts that see the new epoch re-push and re-pull (spec §5).
+//
 // # Retention
 //
 // Every item carries expires_at = accepted_at + retention (limits.retention_days, 14 by
@@ -96,6 +111,5 @@
 // A notice goes to the sender key that pushed the envelope: a sender that rotated its key since
 // gets none (its old key is revoked) and relies on its own deadline.
 //
-// Not built yet: online backup and restore commands, and the v1 message endpoints
-// (/v1/relay/messages). The Store and Tx interfaces are where they will go.
+// Not built yet: the v1 message endpoints (/v1/relay/messages).
 package relayserver

@@ -15,6 +15,8 @@ var (
 	ErrLocked = errors.New("store is in use by another process")
 	// ErrSchemaTooNew is returned by Open for a store written by a newer binary.
 	ErrSchemaTooNew = errors.New("store schema is newer than this binary")
+	// ErrBadBackup is returned by a restore of a file that is not a relay store.
+	ErrBadBackup = errors.New("not a relay store backup")
 	// ErrRelayKeyMismatch is returned when the relay key is not the one the store belongs to.
 	ErrRelayKeyMismatch = errors.New("relay key does not match the store")
 	// ErrNameTaken is returned when a live enrolment of the same account already has the name.

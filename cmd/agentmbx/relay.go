@@ -8,7 +8,9 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"syscall"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -22,9 +24,16 @@ func newRelayCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "relay",
 		Short: "Run the relay that carries sealed mail between hosts on different networks",
-		Args:  cobra.NoArgs,
+		Long: `Run the relay that carries sealed mail between hosts on different networks.
+
+Operations on its store: 'relay backup FILE' copies it online, safe while 'relay serve' runs;
+'relay restore FILE' puts a backup back (the relay must be stopped) under a new epoch, so hosts
+re-push and re-pull what the backup lacks; 'relay rotate-epoch' gives the store a new epoch, which
+any restore made another way (a volume snapshot, a file copy) needs before the relay serves again.`,
+		Args: cobra.NoArgs,
 	}
-	cmd.AddCommand(newRelayServeCmd(), newRelayKeygenCmd())
+	cmd.AddCommand(newRelayServeCmd(), newRelayKeygenCmd(),
+		newRelayBackupCmd(), newRelayRestoreCmd(), newRelayRotateEpochCmd())
 	cmd.AddCommand(relayHostCommands()...)
 	return cmd
 }
@@ -108,4 +117,133 @@ func newRelayKeygenCmd() *cobra.Command {
 			return err
 		},
 	}
+}
+
+// relayStoreDir is --store-dir, else $MBX_RELAY_DIR, else a usage error naming the command.
+func relayStoreDir(flag, command string) (string, error) {
+	if flag == "" {
+		flag = os.Getenv(relayserver.EnvRelayDir)
+	}
+	if flag == "" {
+		return "", usageErr("pass --store-dir DIR or set "+relayserver.EnvRelayDir, "relay %s: no store directory", command)
+	}
+	return flag, nil
+}
+
+// relayStoreHint adds what to do to the store errors an operator can fix.
+func relayStoreHint(err error) error {
+	switch {
+	case errors.Is(err, relayserver.ErrLocked):
+		return hint(err, "a relay is serving this store; stop it first")
+	case errors.Is(err, relayserver.ErrRelayKeyMismatch):
+		return hint(err, "this backup belongs to another relay; pass --force to restore it anyway (the relay then needs that key)")
+	case errors.Is(err, relayserver.ErrSchemaTooNew):
+		return hint(err, "this store was written by a newer agentmbx; run that version")
+	case errors.Is(err, relayserver.ErrBadBackup):
+		return hint(err, "pass a file written by 'agentmbx relay backup'")
+	}
+	return err
+}
+
+func newRelayBackupCmd() *cobra.Command {
+	var storeDir string
+	cmd := &cobra.Command{
+		Use:   "backup FILE [--store-dir DIR]",
+		Short: "Copy the relay store to FILE, online",
+		Long: `Write a consistent copy of the relay store (relay.db) to FILE with SQLite's VACUUM INTO: one
+read snapshot, which does not need the store's lock and does not hold up a relay serving the same
+store. The copy is written to a temporary file beside FILE, fsynced and renamed over it, mode
+0600. It holds ciphertext bodies and the relay's metadata, not the relay key.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			dir, err := relayStoreDir(storeDir, "backup")
+			if err != nil {
+				return err
+			}
+			m, err := sqlitestore.Backup(cmd.Context(), dir, args[0])
+			if err != nil {
+				return relayStoreHint(err)
+			}
+			_, err = fmt.Fprintf(cmd.OutOrStdout(), "backed up %s to %s (epoch %s, schema %d)\n",
+				dir, args[0], m.Epoch, m.SchemaVersion)
+			return err
+		},
+	}
+	cmd.Flags().StringVar(&storeDir, "store-dir", "", "relay store directory (default $"+relayserver.EnvRelayDir+")")
+	return cmd
+}
+
+func newRelayRestoreCmd() *cobra.Command {
+	var storeDir string
+	var force bool
+	cmd := &cobra.Command{
+		Use:   "restore FILE [--store-dir DIR] [--force]",
+		Short: "Replace the relay store with a backup, under a new epoch",
+		Long: `Replace the relay store with FILE, a file 'agentmbx relay backup' wrote. The relay must be
+stopped: restore refuses while the store's lock is held. FILE must be a relay store this binary
+can open and belong to the same relay key as the store directory (its store or relay.key);
+--force restores a backup of another relay. The restored store gets a new epoch (hosts then
+re-push and re-pull what the backup lacks), records restored_at and restored_from, and keeps
+every target's next sequence at least where the replaced store had it. The replaced database is
+kept as relay.db.pre-restore. On any error the store is unchanged.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			dir, err := relayStoreDir(storeDir, "restore")
+			if err != nil {
+				return err
+			}
+			res, err := sqlitestore.Restore(cmd.Context(), dir, args[0], &sqlitestore.RestoreOptions{Force: force})
+			if err != nil {
+				return relayStoreHint(err)
+			}
+			log := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: slog.LevelInfo}))
+			if res.Warning != "" {
+				log.Warn("relay restore: the replaced store was not fully readable", "err", res.Warning)
+			}
+			log.Info("relay store restored", "dir", dir, "from", filepath.Base(args[0]),
+				"epoch", res.Epoch, "previous_epoch", res.Previous, "schema", res.Schema, "kept", res.Kept)
+			_, err = fmt.Fprintf(cmd.OutOrStdout(), "restored %s from %s; new epoch %s\n", dir, args[0], res.Epoch)
+			return err
+		},
+	}
+	cmd.Flags().StringVar(&storeDir, "store-dir", "", "relay store directory (default $"+relayserver.EnvRelayDir+")")
+	cmd.Flags().BoolVar(&force, "force", false, "restore a backup that belongs to another relay key")
+	return cmd
+}
+
+func newRelayRotateEpochCmd() *cobra.Command {
+	var storeDir string
+	cmd := &cobra.Command{
+		Use:   "rotate-epoch [--store-dir DIR]",
+		Short: "Give the relay store a new epoch (after a restore made another way)",
+		Long: `Give the relay store a new epoch, keeping every item. Run it after restoring the store any way
+other than 'agentmbx relay restore' (a volume snapshot, a file copy), before the relay serves
+again: hosts then re-push and re-pull what the restored copy lacks. The relay must be stopped.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			dir, err := relayStoreDir(storeDir, "rotate-epoch")
+			if err != nil {
+				return err
+			}
+			if _, err := os.Stat(filepath.Join(dir, sqlitestore.DBFile)); err != nil {
+				return fmt.Errorf("relay rotate-epoch: no relay store in %s: %w", dir, err)
+			}
+			log := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: slog.LevelInfo}))
+			st, err := sqlitestore.Open(cmd.Context(), dir, &sqlitestore.Options{LockWait: time.Millisecond, Logger: log})
+			if err != nil {
+				return relayStoreHint(err)
+			}
+			epoch, err := st.RotateEpoch(cmd.Context())
+			if cerr := st.Close(); err == nil {
+				err = cerr
+			}
+			if err != nil {
+				return err
+			}
+			_, err = fmt.Fprintf(cmd.OutOrStdout(), "new epoch %s\n", epoch)
+			return err
+		},
+	}
+	cmd.Flags().StringVar(&storeDir, "store-dir", "", "relay store directory (default $"+relayserver.EnvRelayDir+")")
+	return cmd
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/agentmbx/agentmbx/mbx"
 	"github.com/agentmbx/agentmbx/relayserver"
+	"github.com/agentmbx/agentmbx/relayserver/sqlitestore"
 )
 
 func TestRelayKeygen(t *testing.T) {
@@ -94,5 +95,95 @@ func TestRelayServeNeedsStoreDir(t *testing.T) {
 	var ue *usageError
 	if err := cmd.Execute(); err == nil || !errors.As(err, &ue) {
 		t.Fatalf("serve without a store dir = %v, want a usage error", err)
+	}
+}
+
+// runRelay runs `agentmbx relay args...` and returns stdout, stderr and the error.
+func runRelay(t *testing.T, args ...string) (string, string, error) {
+	t.Helper()
+	cmd := newRelayCmd()
+	var out, errOut bytes.Buffer
+	cmd.SetOut(&out)
+	cmd.SetErr(&errOut)
+	cmd.SetArgs(args)
+	err := cmd.Execute()
+	return out.String(), errOut.String(), err
+}
+
+func storeEpoch(t *testing.T, dir string) string {
+	t.Helper()
+	st, err := sqlitestore.Open(context.Background(), dir, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	m, err := st.Meta(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m.Epoch
+}
+
+func TestRelayBackupRestoreRotateEpoch(t *testing.T) {
+	t.Setenv(relayserver.EnvRelayDir, "")
+	dir := t.TempDir()
+	epoch := storeEpoch(t, dir)
+	file := filepath.Join(t.TempDir(), "backup.db")
+
+	// backup and rotate-epoch while the store is held: backup works, the others refuse.
+	ctx := context.Background()
+	held, err := sqlitestore.Open(ctx, dir, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out, _, err := runRelay(t, "backup", file, "--store-dir", dir); err != nil || !strings.Contains(out, epoch) {
+		t.Fatalf("backup while the store is open = %q, %v", out, err)
+	}
+	for _, args := range [][]string{{"restore", file, "--store-dir", dir}, {"rotate-epoch", "--store-dir", dir}} {
+		if _, _, err := runRelay(t, args...); !errors.Is(err, relayserver.ErrLocked) {
+			t.Fatalf("%s while the store is open = %v, want ErrLocked", args[0], err)
+		}
+	}
+	held.Close()
+	if got := storeEpoch(t, dir); got != epoch {
+		t.Fatalf("refused commands changed the epoch %s → %s", epoch, got)
+	}
+
+	out, errOut, err := runRelay(t, "restore", file, "--store-dir", dir)
+	if err != nil {
+		t.Fatalf("restore: %v", err)
+	}
+	restored := storeEpoch(t, dir)
+	if restored == epoch || !strings.Contains(out, restored) || !strings.Contains(errOut, "relay store restored") {
+		t.Fatalf("restore: epoch %s → %s, stdout %q, log %q", epoch, restored, out, errOut)
+	}
+
+	out, _, err = runRelay(t, "rotate-epoch", "--store-dir", dir)
+	if err != nil {
+		t.Fatalf("rotate-epoch: %v", err)
+	}
+	if rotated := storeEpoch(t, dir); rotated == restored || !strings.Contains(out, rotated) {
+		t.Fatalf("rotate-epoch: epoch %s → %s, stdout %q", restored, rotated, out)
+	}
+
+	bad := filepath.Join(t.TempDir(), "junk")
+	if err := os.WriteFile(bad, bytes.Repeat([]byte("junk"), 2000), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	before := storeEpoch(t, dir)
+	if _, _, err := runRelay(t, "restore", bad, "--store-dir", dir); !errors.Is(err, relayserver.ErrBadBackup) {
+		t.Fatalf("restore of junk = %v, want ErrBadBackup", err)
+	}
+	if got := storeEpoch(t, dir); got != before {
+		t.Fatalf("a refused restore changed the epoch %s → %s", before, got)
+	}
+	var ue *usageError
+	for _, args := range [][]string{{"backup", file}, {"restore", file}, {"rotate-epoch"}} {
+		if _, _, err := runRelay(t, args...); !errors.As(err, &ue) {
+			t.Fatalf("%s without a store dir = %v, want a usage error", args[0], err)
+		}
+	}
+	if _, _, err := runRelay(t, "rotate-epoch", "--store-dir", t.TempDir()); err == nil {
+		t.Fatal("rotate-epoch of an empty directory succeeded")
 	}
 }

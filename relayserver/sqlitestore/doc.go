@@ -46,6 +46,15 @@
 // one transaction that keeps the epoch, and refuses a newer one with
 // relayserver.ErrSchemaTooNew.
 //
+// # Backup and restore
+//
+// Backup copies relay.db online with VACUUM INTO (one read snapshot, no store lock, safe beside
+// a serving relay) to a temporary file it checks, makes 0600, fsyncs and renames. Restore holds
+// the lock (failing at once with relayserver.ErrLocked while a relay serves), checks the backup in
+// a private copy (quick_check, schema, relay key), stamps a new epoch, restored_at, restored_from
+// and the replaced store's seq floors into the copy, and renames it over relay.db after the old
+// database is checkpointed and hard-linked to relay.db.pre-restore.
+//
 // # Caveats
 //
 // Sequence numbers are max(next_seq, accepted_at in ms), so they are large (about 1.7e12) and
