@@ -107,7 +107,9 @@ func newReadCmd() *cobra.Command {
 	return cmd
 }
 
-// printMessage prints a message's headers, a blank line and its body as it is.
+// printMessage prints a message's headers, a blank line and its body. Control characters a peer
+// put in the body (terminal escape sequences, carriage returns) are shown as \xNN text rather
+// than sent to the terminal; --json gives the body exactly as it came.
 func printMessage(cmd *cobra.Command, m api.Message) error {
 	w := cmd.OutOrStdout()
 	hdr := [][2]string{
@@ -125,12 +127,32 @@ func printMessage(cmd *cobra.Command, m api.Message) error {
 			fmt.Fprintf(w, "%-9s %s\n", h[0]+":", oneLineFull(h[1]))
 		}
 	}
-	body := m.Body
+	body := visibleControls(m.Body)
 	if !strings.HasSuffix(body, "\n") {
 		body += "\n"
 	}
 	_, err := fmt.Fprintf(w, "\n%s", body)
 	return err
+}
+
+// visibleControls writes every control character but newline and tab as \xNN text.
+func visibleControls(s string) string {
+	if !strings.ContainsFunc(s, isHiddenControl) {
+		return s
+	}
+	var b strings.Builder
+	for _, r := range s {
+		if isHiddenControl(r) {
+			fmt.Fprintf(&b, "\\x%02x", r)
+			continue
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
+}
+
+func isHiddenControl(r rune) bool {
+	return (r < 0x20 && r != '\n' && r != '\t') || (r >= 0x7f && r <= 0x9f)
 }
 
 // oneLineFull keeps a header on its line: control characters become spaces, nothing is cut.
