@@ -100,11 +100,31 @@ type Tx interface {
 	// Ack deletes target's items with seq <= through and records acked_through. through beyond
 	// the head fails with ErrBadAck and changes nothing.
 	Ack(target string, through int64) (AckResult, error)
-	// Rotate moves everything of r.OldPubkey to r.NewPubkey (spec §2 Rotation): name and account,
-	// the queue re-sequenced in order after anything the new key already has, the dedup rows
-	// (copied: the old key's stay, so a retry still addressed to it is a duplicate), the sender
-	// allowlist and the old key's place in other targets' allowlists; then revokes the old key.
-	// The new key must not be revoked (ErrRevoked).
+	// Rotate moves everything of r.OldPubkey to r.NewPubkey (spec §2 Rotation), in the caller's
+	// unit, so a failure anywhere leaves both keys as they were. The rules:
+	//
+	//   - The old key must be enrolled (ErrNotFound). The new key must not be revoked
+	//     (ErrRevoked); it may be unknown, and is then enrolled at r.At.
+	//   - A retry is a no-op: when the old key is already revoked and the new key is live and
+	//     named, Rotate changes nothing and returns a zero result. Any other revoked old key
+	//     fails with ErrRevoked.
+	//   - The old key is revoked at r.At first, so the new key can take its name inside the
+	//     account. The new key gets r.HostName (the old name when empty) and the old OwnerFP; it
+	//     takes the old Account, Org, AuthorizedBy and AuthorityRank unless its own authority
+	//     ranks higher. A name taken in the account fails with ErrNameTaken.
+	//   - The old queue moves in seq order after anything the new key already has: each item
+	//     gets a new seq allocated as InsertItem would at r.At (never reused, never below the
+	//     new key's head or r.At). An item the new key already holds (a dedup row of the same
+	//     sender and item id) is a repeat and is dropped. MovedItems counts the moved items.
+	//   - Dedup rows addressed to the old key stay (a retry still addressed to it is a
+	//     duplicate with its original seq) and are copied to the new key, moved items naming
+	//     their new seq; rows the new key already has win. Rows the old key wrote as a sender
+	//     are re-keyed to the new key (dropped where the new key has the same row), so the
+	//     host's retries under its new key stay duplicates.
+	//   - The old key's allowlist moves to the new key unless the new key published its own; the
+	//     old key keeps none. In other targets' allowlists the new key replaces the old one.
+	//   - The usage counters of both queues are recounted; the old key's enc ad is deleted. The
+	//     old key's head and acked_through stay as they were.
 	Rotate(r Rotation) (RotateResult, error)
 
 	Expiry
