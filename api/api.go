@@ -25,8 +25,18 @@
 //	POST /v1/relay/set     RelaySetRequest        → RelayStatus
 //	POST /v1/relay/unset                          → RelayStatus
 //	GET  /v1/relay/quarantine                     → []QuarantineItem
+//	GET  /v1/card          ?addr=                 → the signed host card (CardIssuer)
+//	POST /v1/pair/start    PairStartRequest       → PairStartAnswer
+//	GET  /v1/pair                                 → PairingState
+//	GET  /v1/pair/wait     ?from=waiting&timeout= → PairingState (once it is not from, or on timeout)
+//	POST /v1/pair/join     PairJoinRequest        → PairingState (with the code)
+//	POST /v1/pair/confirm  PairConfirmRequest     → Peer (waits for the other side)
+//	POST /v1/pair/cancel                          → {}
 //
-// The relay routes are served for a service that also implements RelayService.
+// The relay routes are served for a service that also implements RelayService, the pairing
+// routes when the daemon has a PairingService. An error's Code is one of the Code constants; each
+// maps to one sentinel (ErrNotFound, ...) and one HTTP status (errors.go). Package host/control
+// serves these routes; package client calls them.
 package api
 
 import (
@@ -36,6 +46,13 @@ import (
 
 // SocketName is the control socket's file name in the host home.
 const SocketName = "agentmbx.sock"
+
+// DefaultWait is the long-poll timeout of GET /v1/wait without a timeout parameter; MaxWait is
+// the longest it accepts.
+const (
+	DefaultWait = 30 * time.Second
+	MaxWait     = 10 * time.Minute
+)
 
 // Service is what a host offers its agents and its owner. *host.Host implements it on the store;
 // client.Client implements it over the control socket.

@@ -74,7 +74,7 @@ func BenchmarkSend(b *testing.B) {
 				if err != nil {
 					b.Fatal(err)
 				}
-				card, err := h.Card("127.0.0.1:9") // discard port: nothing answers
+				card, err := h.Card(context.Background(), "127.0.0.1:9") // discard port: nothing answers
 				h.Close()
 				if err != nil {
 					b.Fatal(err)

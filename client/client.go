@@ -171,6 +171,9 @@ func (c *Client) Status(ctx context.Context) (api.Status, error) {
 	return res, err
 }
 
+// Client implements api.CardIssuer over the control socket.
+var _ api.CardIssuer = (*Client)(nil)
+
 // Card returns the host's signed host card, naming addr as its LAN address ("" for the address
 // the daemon listens on, when it has one).
 func (c *Client) Card(ctx context.Context, addr string) ([]byte, error) {
@@ -250,11 +253,11 @@ func decodeError(status int, data []byte) error {
 		if msg == "" {
 			msg = "status " + strconv.Itoa(status)
 		}
-		return &Error{Message: "daemon answered " + msg, Code: codeOfStatus(status), Status: status}
+		return &Error{Message: "daemon answered " + msg, Code: api.CodeOfStatus(status), Status: status}
 	}
 	code := ae.Code
 	if code == "" {
-		code = codeOfStatus(status)
+		code = api.CodeOfStatus(status)
 	}
 	return &Error{Message: ae.Error, Code: code, HintMsg: ae.Hint, Status: status}
 }

@@ -17,6 +17,7 @@ import (
 
 	"github.com/agentmbx/agentmbx/api"
 	"github.com/agentmbx/agentmbx/client"
+	"github.com/agentmbx/agentmbx/host/control"
 )
 
 // fake is an in-memory api.Service: a mailbox per agent, enough to check that every call and
@@ -149,7 +150,7 @@ func (f *fake) Peers(context.Context) ([]api.Peer, error) {
 
 func (f *fake) AddPeer(_ context.Context, card []byte) (api.Peer, error) {
 	if string(card) != `{"host":"h2"}` {
-		return api.Peer{}, codeErr{"card signature does not verify", client.CodeRefused}
+		return api.Peer{}, codeErr{"card signature does not verify", api.CodeRefused}
 	}
 	p := api.Peer{Host: "h2", HostPubkey: "pk", Fingerprint: "aaaa-bbbb-cccc-dddd", EncPub: "ek", Addr: "127.0.0.1:7373"}
 	f.mu.Lock()
@@ -195,7 +196,7 @@ func (f *fake) Status(context.Context) (api.Status, error) {
 	return api.Status{Host: "h1", HostPubkey: "pk1", Fingerprint: "1111-2222-3333-4444", Peers: 1, Agents: 2}, nil
 }
 
-func (f *fake) Card(addr string) ([]byte, error) {
+func (f *fake) Card(_ context.Context, addr string) ([]byte, error) {
 	f.mu.Lock()
 	f.cards++
 	f.mu.Unlock()
@@ -236,7 +237,7 @@ func serve(t *testing.T, svc api.Service) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := &http.Server{Handler: client.NewHandler(svc)}
+	srv := &http.Server{Handler: control.NewHandler(svc, nil)}
 	done := make(chan struct{})
 	go func() { srv.Serve(ln); close(done) }()
 	t.Cleanup(func() {
@@ -411,16 +412,16 @@ func TestCodeOf(t *testing.T) {
 		err  error
 		want string
 	}{
-		{fmt.Errorf("x: %w", client.ErrNotFound), client.CodeNotFound},
-		{fmt.Errorf("x: %w", client.ErrConflict), client.CodeConflict},
-		{codeErr{"y", "too_large"}, client.CodeTooLarge},
-		{fmt.Errorf("wrapped: %w", codeErr{"y", client.CodeUnavailable}), client.CodeUnavailable},
-		{fmt.Errorf("x: %w", context.DeadlineExceeded), client.CodeTimeout},
-		{&client.Error{Message: "m", Code: client.CodeRefused}, client.CodeRefused},
-		{errors.New("plain"), client.CodeInternal},
+		{fmt.Errorf("x: %w", client.ErrNotFound), api.CodeNotFound},
+		{fmt.Errorf("x: %w", client.ErrConflict), api.CodeConflict},
+		{codeErr{"y", "too_large"}, api.CodeTooLarge},
+		{fmt.Errorf("wrapped: %w", codeErr{"y", api.CodeUnavailable}), api.CodeUnavailable},
+		{fmt.Errorf("x: %w", context.DeadlineExceeded), api.CodeTimeout},
+		{&client.Error{Message: "m", Code: api.CodeRefused}, api.CodeRefused},
+		{errors.New("plain"), api.CodeInternal},
 	}
 	for _, tt := range tests {
-		if got := client.CodeOf(tt.err); got != tt.want {
+		if got := api.CodeOf(tt.err); got != tt.want {
 			t.Errorf("CodeOf(%v) = %q, want %q", tt.err, got, tt.want)
 		}
 	}
@@ -539,7 +540,7 @@ func TestHandlerWire(t *testing.T) {
 		{"unknown route", "GET", "/v1/nope", ``, 404, `"code":"not_found"`},
 		{"wrong method", "DELETE", "/v1/send", ``, 400, `method DELETE not allowed`},
 		{"bad bool", "GET", "/v1/inbox?agent=b&all=yes", ``, 400, `bad boolean`},
-		{"card too large", "POST", "/v1/peers", strings.Repeat("x", client.MaxCardBody+1), 413, `"code":"too_large"`},
+		{"card too large", "POST", "/v1/peers", strings.Repeat("x", control.MaxCardBody+1), 413, `"code":"too_large"`},
 		{"empty list", "GET", "/v1/inbox?agent=b", ``, 200, "[]\n"},
 		{"delete answers an object", "DELETE", "/v1/peers?host=x", ``, 404, `"code":"not_found"`},
 		{"html stays raw", "POST", "/v1/send", `{"from":"a","to":["b"],"subject":"<&>","body":"x"}`, 200, `"id":"01JTEST`},
@@ -602,7 +603,7 @@ var errGone = errors.New("agent is gone")
 
 func (coded) ErrorCode(err error) string {
 	if errors.Is(err, errGone) {
-		return client.CodeNotFound
+		return api.CodeNotFound
 	}
 	return ""
 }
@@ -626,43 +627,65 @@ func TestErrorCoder(t *testing.T) {
 	}
 }
 
-// fakePairer is a pairing session in memory, with its own state type.
-type fakePairState struct {
-	State string `json:"state"`
-	Code  string `json:"code,omitempty"`
-	Peer  string `json:"peer,omitempty"`
-}
-
+// fakePairer is a pairing session in memory: an api.PairingService whose state changes wake
+// WaitPairing.
 type fakePairer struct {
 	mu       sync.Mutex
-	st       fakePairState
+	st       api.PairingState
+	changed  chan struct{}
 	ttl      time.Duration
 	accepted *bool
 }
 
-func (p *fakePairer) StartPairing(ttl time.Duration) (string, error) {
+func newFakePairer() *fakePairer { return &fakePairer{changed: make(chan struct{})} }
+
+// setLocked changes the state and wakes the waiters.
+func (p *fakePairer) setLocked(st api.PairingState) {
+	p.st = st
+	close(p.changed)
+	p.changed = make(chan struct{})
+}
+
+func (p *fakePairer) StartPairing(_ context.Context, ttl time.Duration) (string, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.st.State == "waiting" {
+	if p.st.State == api.PairWaiting {
 		return "", fmt.Errorf("pairing: %w", client.ErrConflict)
 	}
-	p.ttl, p.st = ttl, fakePairState{State: "waiting"}
+	p.ttl = ttl
+	p.setLocked(api.PairingState{State: api.PairWaiting, Role: api.PairInviter})
 	return "ABCD-EFGH-JKMN", nil
 }
 
-func (p *fakePairer) PairingStatus() (fakePairState, error) {
+func (p *fakePairer) PairingStatus(context.Context) (api.PairingState, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.st, nil
 }
 
-func (p *fakePairer) JoinPairing(_ context.Context, addr, token string) (fakePairState, error) {
+func (p *fakePairer) WaitPairing(ctx context.Context, from api.PairState) (api.PairingState, error) {
+	for {
+		p.mu.Lock()
+		st, ch := p.st, p.changed
+		p.mu.Unlock()
+		if st.State != from {
+			return st, nil
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return st, ctx.Err()
+		}
+	}
+}
+
+func (p *fakePairer) JoinPairing(_ context.Context, addr, token string) (api.PairingState, error) {
 	if token != "ABCD-EFGH-JKMN" {
-		return fakePairState{}, codeErr{"wrong pairing token", client.CodeRefused}
+		return api.PairingState{}, codeErr{"wrong pairing token", api.CodeRefused}
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.st = fakePairState{State: "code", Code: "123456", Peer: addr}
+	p.setLocked(api.PairingState{State: api.PairCode, Code: "123456", Peer: &api.Peer{Host: "h2", Addr: addr}})
 	return p.st, nil
 }
 
@@ -671,15 +694,15 @@ func (p *fakePairer) ConfirmPairing(_ context.Context, accept bool) (api.Peer, e
 	defer p.mu.Unlock()
 	p.accepted = &accept
 	if !accept {
-		p.st.State = "declined"
-		return api.Peer{}, codeErr{"pairing declined", client.CodeRefused}
+		p.setLocked(api.PairingState{State: api.PairDeclined})
+		return api.Peer{}, codeErr{"pairing declined", api.CodeRefused}
 	}
-	p.st.State = "done"
+	p.setLocked(api.PairingState{State: api.PairDone})
 	return api.Peer{Host: "h2", Fingerprint: "aaaa-bbbb-cccc-dddd"}, nil
 }
 
 // seen returns what the pairer was given, under its lock.
-func (p *fakePairer) seen() (ttl time.Duration, accepted *bool, state string) {
+func (p *fakePairer) seen() (ttl time.Duration, accepted *bool, state api.PairState) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.ttl, p.accepted, p.st.State
@@ -688,18 +711,18 @@ func (p *fakePairer) seen() (ttl time.Duration, accepted *bool, state string) {
 func (p *fakePairer) CancelPairing(context.Context) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.st.State = "failed"
+	p.setLocked(api.PairingState{State: api.PairFailed})
 	return nil
 }
 
 func TestPairing(t *testing.T) {
-	p := &fakePairer{}
+	p := newFakePairer()
 	home := shortDir(t)
 	ln, err := net.Listen("unix", client.SocketPath(home))
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := &http.Server{Handler: client.NewHandler(newFake(), client.WithPairing[fakePairState](p))}
+	srv := &http.Server{Handler: control.NewHandler(newFake(), p)}
 	go srv.Serve(ln)
 	defer srv.Close()
 	c := dial(t, home)
@@ -712,16 +735,28 @@ func TestPairing(t *testing.T) {
 	if _, err := c.StartPairing(ctx, 0); !errors.Is(err, client.ErrConflict) {
 		t.Fatalf("second StartPairing = %v, want ErrConflict", err)
 	}
-	raw, err := c.PairingStatus(ctx)
-	if err != nil || strings.TrimSpace(string(raw)) != `{"state":"waiting"}` {
-		t.Fatalf("PairingStatus = %s, %v", raw, err)
+	st, err := c.PairingStatus(ctx)
+	if err != nil || st.State != api.PairWaiting || st.Role != api.PairInviter {
+		t.Fatalf("PairingStatus = %+v, %v", st, err)
 	}
+	// WaitPairing is held by the daemon until the join changes the state.
+	waited := make(chan api.PairingState, 1)
+	go func() {
+		st, err := c.WaitPairing(ctx, api.PairWaiting)
+		if err != nil {
+			t.Errorf("WaitPairing: %v", err)
+		}
+		waited <- st
+	}()
 	if _, err := c.JoinPairing(ctx, "10.0.0.2:7373", "WRONG"); !errors.Is(err, client.ErrRefused) || strings.Contains(err.Error(), "WRONG") {
 		t.Fatalf("JoinPairing with a wrong token = %v, want ErrRefused without the token", err)
 	}
-	raw, err = c.JoinPairing(ctx, "10.0.0.2:7373", tok)
-	if err != nil || strings.TrimSpace(string(raw)) != `{"state":"code","code":"123456","peer":"10.0.0.2:7373"}` {
-		t.Fatalf("JoinPairing = %s, %v", raw, err)
+	st, err = c.JoinPairing(ctx, "10.0.0.2:7373", tok)
+	if err != nil || st.State != api.PairCode || st.Code != "123456" || st.Peer == nil || st.Peer.Addr != "10.0.0.2:7373" {
+		t.Fatalf("JoinPairing = %+v, %v", st, err)
+	}
+	if w := <-waited; w.State != api.PairCode || w.Code != "123456" {
+		t.Fatalf("WaitPairing from waiting = %+v, want the code state", w)
 	}
 	peer, err := c.ConfirmPairing(ctx, true)
 	if _, acc, _ := p.seen(); err != nil || peer.Host != "h2" || acc == nil || !*acc {
@@ -736,11 +771,11 @@ func TestPairing(t *testing.T) {
 	if err := c.CancelPairing(ctx); err != nil {
 		t.Fatalf("CancelPairing = %v", err)
 	}
-	if _, _, st := p.seen(); st != "failed" {
+	if _, _, st := p.seen(); st != api.PairFailed {
 		t.Fatalf("state after CancelPairing = %s, want failed", st)
 	}
 
-	// A confirmation must say which answer.
+	// A confirmation must say which answer; a wait must name a state.
 	hc := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
 		var d net.Dialer
 		return d.DialContext(ctx, "unix", client.SocketPath(home))
@@ -754,6 +789,14 @@ func TestPairing(t *testing.T) {
 	if resp.StatusCode != http.StatusBadRequest {
 		t.Fatalf("confirm without accept: status %d, want 400", resp.StatusCode)
 	}
+	resp, err = hc.Get("http://agentmbx/v1/pair/wait?from=nonsense")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusBadRequest {
+		t.Fatalf("wait from an unknown state: status %d, want 400", resp.StatusCode)
+	}
 }
 
 func TestPairingNotServed(t *testing.T) {
@@ -761,6 +804,6 @@ func TestPairingNotServed(t *testing.T) {
 	_, err := c.StartPairing(testCtx(t), 0)
 	var h interface{ Hint() string }
 	if !errors.Is(err, client.ErrNotFound) || !errors.As(err, &h) || !strings.Contains(h.Hint(), "stop the daemon") {
-		t.Fatalf("StartPairing without WithPairing = %v, want ErrNotFound with a hint", err)
+		t.Fatalf("StartPairing without a PairingService = %v, want ErrNotFound with a hint", err)
 	}
 }

@@ -2,6 +2,7 @@ package host
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"net"
@@ -57,7 +58,7 @@ type signedCard struct {
 // Card returns this host's signed host card: its name, host key, enc key, the LAN address addr
 // when not empty (host:port, as the peer should dial it) and the time, signed by the host key.
 // The JSON is indented for people and ends with a newline.
-func (h *Host) Card(addr string) ([]byte, error) {
+func (h *Host) Card(_ context.Context, addr string) ([]byte, error) {
 	if addr != "" {
 		if err := checkDialAddr(addr); err != nil {
 			return nil, fmt.Errorf("host: card: %w: %v", ErrInvalid, err)

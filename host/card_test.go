@@ -54,7 +54,7 @@ func TestCardRoundTrip(t *testing.T) {
 	h, _ := pairTestHost(t, "alpha", clock)
 	for _, addr := range []string{"192.168.1.20:7373", "", "alpha.local:7000", "[fe80::1]:7373"} {
 		t.Run("addr="+addr, func(t *testing.T) {
-			card, err := h.Card(addr)
+			card, err := h.Card(context.Background(), addr)
 			if err != nil {
 				t.Fatalf("Card(%q): %v", addr, err)
 			}
@@ -97,7 +97,7 @@ func TestCardRoundTrip(t *testing.T) {
 func TestCardBadAddr(t *testing.T) {
 	h, _ := pairTestHost(t, "alpha", newClock())
 	for _, addr := range []string{"nohost", ":7373", "host:0", "host:65536", "host:07373", "host:x", "a b:1"} {
-		if _, err := h.Card(addr); !errors.Is(err, ErrInvalid) {
+		if _, err := h.Card(context.Background(), addr); !errors.Is(err, ErrInvalid) {
 			t.Errorf("Card(%q) err = %v, want ErrInvalid", addr, err)
 		}
 	}
@@ -219,12 +219,12 @@ func TestParseCardClockSkew(t *testing.T) {
 	h, _ := pairTestHost(t, "alpha", clock)
 	now := clock.Now()
 	clock.Advance(4 * time.Minute) // the card's host runs 4 minutes ahead: still fine
-	ahead, _ := h.Card("")
+	ahead, _ := h.Card(context.Background(), "")
 	if _, err := ParseCard(ahead, now); err != nil {
 		t.Errorf("card 4 minutes ahead refused: %v", err)
 	}
 	clock.Advance(2 * time.Minute) // 6 minutes ahead
-	future, _ := h.Card("")
+	future, _ := h.Card(context.Background(), "")
 	if _, err := ParseCard(future, now); !errors.Is(err, ErrCardFuture) {
 		t.Errorf("card 6 minutes ahead: err = %v, want ErrCardFuture", err)
 	}
@@ -240,7 +240,7 @@ func TestAddPeerFromCard(t *testing.T) {
 	clock := newClock()
 	a, _ := pairTestHost(t, "alpha", clock)
 	b, _ := pairTestHost(t, "beta", clock)
-	card, err := b.Card("10.0.0.2:7373")
+	card, err := b.Card(context.Background(), "10.0.0.2:7373")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -259,7 +259,7 @@ func TestAddPeerFromCard(t *testing.T) {
 		p.Addr != "10.0.0.2:7373" || p.Fingerprint != b.Key().Fingerprint() {
 		t.Errorf("AddPeer = %+v", p)
 	}
-	own, _ := a.Card("")
+	own, _ := a.Card(context.Background(), "")
 	if _, err := a.AddPeer(ctx, own); !errors.Is(err, ErrSelf) {
 		t.Errorf("AddPeer(own card) err = %v, want ErrSelf", err)
 	}

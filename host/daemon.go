@@ -7,14 +7,13 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/signal"
 	"path/filepath"
 	"strconv"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/agentmbx/agentmbx/api"
+	"github.com/agentmbx/agentmbx/internal/fsutil"
 )
 
 // DefaultTick is the daemon's tick: an outbox pass and a sweep at least this often.
@@ -38,15 +37,13 @@ type DaemonOptions struct {
 	Ready func(h *Host)
 }
 
-// RunDaemon runs a host daemon on the home dir until ctx is done or the process gets SIGTERM or
-// SIGINT: the LAN server, the outbox loop (passes, receipts, sweeps and alerts), the relay loops
+// RunDaemon runs a host daemon on the home dir until ctx is done (the program's main ends ctx on
+// SIGTERM or SIGINT; the library traps no signal itself): the LAN server, the outbox loop (passes, receipts, sweeps and alerts), the relay loops
 // (when a relay is pinned: enrolment, publications and the receiver) and the control
 // socket <dir>/agentmbx.sock (mode 0600) that commands and the SDK talk to. It holds the store's
 // lock the whole time. On the way out it stops taking requests, wakes long polls, waits for the
 // sends in flight and closes the store; it returns nil after a clean shutdown.
 func RunDaemon(ctx context.Context, dir string, opts DaemonOptions) (err error) {
-	ctx, stop := signal.NotifyContext(ctx, syscall.SIGTERM, os.Interrupt)
-	defer stop()
 	o := Options{LockTimeout: 200 * time.Millisecond}
 	if opts.Options != nil {
 		o = *opts.Options
@@ -56,10 +53,7 @@ func RunDaemon(ctx context.Context, dir string, opts DaemonOptions) (err error) 
 	}
 	h, err := Open(dir, &o)
 	if err != nil {
-		if errors.Is(err, ErrLocked) {
-			return fmt.Errorf("host: daemon: %w", err)
-		}
-		return fmt.Errorf("host: daemon: %w", err)
+		return err // Open's error names the home already (and wraps ErrLocked when a daemon runs)
 	}
 	defer func() {
 		if cerr := h.Close(); err == nil && cerr != nil {
@@ -104,7 +98,7 @@ func RunDaemon(ctx context.Context, dir string, opts DaemonOptions) (err error) 
 	h.daemon, h.bound, h.lanPort = true, bound, lanLn.Addr().(*net.TCPAddr).Port
 	h.mu.Unlock()
 	if opts.AddrFile != "" {
-		if err := writeFileAtomic(opts.AddrFile, []byte(bound+"\n"), 0o644); err != nil {
+		if err := fsutil.WriteFileAtomic(opts.AddrFile, []byte(bound+"\n"), 0o644); err != nil {
 			return fmt.Errorf("host: daemon: addr file: %w", err)
 		}
 	}

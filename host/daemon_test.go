@@ -152,28 +152,6 @@ func TestDaemonsDeliverThroughSockets(t *testing.T) {
 	h.Close()
 }
 
-func TestDaemonStopsOnSIGTERM(t *testing.T) {
-	d := startDaemon(t, "alpha")
-	if err := syscall.Kill(os.Getpid(), syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case err := <-d.done:
-		if err != nil {
-			t.Fatalf("daemon after SIGTERM: %v", err)
-		}
-	case <-time.After(time.Minute):
-		t.Fatal("daemon did not stop on SIGTERM")
-	}
-	d.cancel()
-	d.cancel = nil
-	h, err := Open(d.home, nil)
-	if err != nil {
-		t.Fatalf("open after SIGTERM: %v", err)
-	}
-	h.Close()
-}
-
 // TestCrashAfterSendAnswered: the test binary runs itself as a host that accepts a Send, prints
 // the answer and is SIGKILLed; the store it leaves holds the row, and the row is delivered.
 func TestCrashAfterSendAnswered(t *testing.T) {

@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/agentmbx/agentmbx/api"
-	"github.com/agentmbx/agentmbx/client"
 	"github.com/agentmbx/agentmbx/mbx"
 )
 
@@ -68,121 +67,27 @@ const (
 	crockford      = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
 )
 
-// PairState is the state of a pairing session.
-type PairState int
-
-// Pairing session states. Done, Declined, Expired and Failed are final.
-const (
-	PairNone      PairState = iota // no session
-	PairWaiting                    // inviter: the token is out, waiting for a joiner
-	PairJoining                    // joiner: talking to the inviter
-	PairCode                       // the code is ready: the user compares and confirms
-	PairConfirmed                  // this side's user accepted; waiting for the other side
-	PairDone                       // the peer is pinned
-	PairDeclined                   // a user declined the code
-	PairExpired                    // the token or the confirmation window expired
-	PairFailed                     // burned token, cancelled, conflict or protocol error
+// The pairing session's types are the api package's.
+type (
+	PairState    = api.PairState
+	PairRole     = api.PairRole
+	PairingState = api.PairingState
 )
 
-var pairStateNames = [...]string{"none", "waiting", "joining", "code", "confirmed", "done", "declined", "expired", "failed"}
-
-func (s PairState) String() string {
-	if s < 0 || int(s) >= len(pairStateNames) {
-		return fmt.Sprintf("PairState(%d)", int(s))
-	}
-	return pairStateNames[s]
-}
-
-// Final reports whether the session is over (done, declined, expired or failed).
-func (s PairState) Final() bool { return s >= PairDone }
-
-// MarshalText writes the state's name.
-func (s PairState) MarshalText() ([]byte, error) { return []byte(s.String()), nil }
-
-// UnmarshalText reads a state's name.
-func (s *PairState) UnmarshalText(b []byte) error {
-	for i, n := range pairStateNames {
-		if n == string(b) {
-			*s = PairState(i)
-			return nil
-		}
-	}
-	return fmt.Errorf("%w: pairing state %q", ErrInvalid, b)
-}
-
-// PairRole says which side of a pairing this host is.
-type PairRole int
-
-// Pairing roles.
+// Pairing states and roles (see api).
 const (
-	PairInviter PairRole = iota + 1 // made the token (agentmbx pair)
-	PairJoiner                      // used it (agentmbx join)
+	PairNone      = api.PairNone
+	PairWaiting   = api.PairWaiting
+	PairJoining   = api.PairJoining
+	PairCode      = api.PairCode
+	PairConfirmed = api.PairConfirmed
+	PairDone      = api.PairDone
+	PairDeclined  = api.PairDeclined
+	PairExpired   = api.PairExpired
+	PairFailed    = api.PairFailed
+	PairInviter   = api.PairInviter
+	PairJoiner    = api.PairJoiner
 )
-
-func (r PairRole) String() string {
-	switch r {
-	case PairInviter:
-		return "inviter"
-	case PairJoiner:
-		return "joiner"
-	case 0:
-		return ""
-	}
-	return fmt.Sprintf("PairRole(%d)", int(r))
-}
-
-// MarshalText writes the role's name.
-func (r PairRole) MarshalText() ([]byte, error) { return []byte(r.String()), nil }
-
-// UnmarshalText reads a role's name.
-func (r *PairRole) UnmarshalText(b []byte) error {
-	switch string(b) {
-	case "inviter":
-		*r = PairInviter
-	case "joiner":
-		*r = PairJoiner
-	case "":
-		*r = 0
-	default:
-		return fmt.Errorf("%w: pairing role %q", ErrInvalid, b)
-	}
-	return nil
-}
-
-// PairingState is what PairingStatus shows of the current (or last) pairing session. It is
-// plain JSON, so the control socket can carry it as is.
-type PairingState struct {
-	State PairState `json:"state"`
-	Role  PairRole  `json:"role,omitempty"`
-	// Code is the 6-digit code both users compare (states code, confirmed, done).
-	Code string `json:"code,omitempty"`
-	// Peer is the other host, once it is known (from the join on).
-	Peer *api.Peer `json:"peer,omitempty"`
-	// ExpiresAt is when the token (waiting) or the confirmation window ends (ISO-8601).
-	ExpiresAt string `json:"expires_at,omitempty"`
-	// AttemptsLeft is how many wrong MACs the token still takes (inviter, waiting).
-	AttemptsLeft int `json:"attempts_left,omitempty"`
-	// Error says why a session ended without a pin; Reason is its stable word (the pairing wire
-	// codes: expired, burned, declined, cancelled, bad_token, conflict, state, bad_request, ...).
-	Error  string `json:"error,omitempty"`
-	Reason string `json:"reason,omitempty"`
-}
-
-// Err is the sentinel error of a session that ended without a pin (matched by Reason), or nil.
-func (st PairingState) Err() error {
-	if st.Reason == "" && st.Error == "" {
-		return nil
-	}
-	for _, c := range pairWireCodes {
-		if c.code == st.Reason {
-			if st.Error != "" && st.Error != c.err.Error() {
-				return fmt.Errorf("%w: %s", c.err, strings.TrimPrefix(st.Error, c.err.Error()+": "))
-			}
-			return c.err
-		}
-	}
-	return errors.New(st.Error)
-}
 
 type pairDecision int
 
@@ -212,9 +117,6 @@ type pairSession struct {
 
 	mine, theirs pairDecision
 }
-
-// *Host serves LAN pairing over the control socket (client.WithPairing).
-var _ client.Pairer[PairingState] = (*Host)(nil)
 
 // pairer holds a host's pairing session. Every field is guarded by mu; changed is closed (and
 // replaced) at every change of the session, waking WaitPairing, ConfirmPairing and held confirm

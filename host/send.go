@@ -254,4 +254,4 @@ func (h *Host) Send(ctx context.Context, req api.SendRequest) (api.SendResult, e
 
 // errRetrySend says a peer's keys changed between sealing and committing; the send is refused
 // (nothing stored) and may simply be repeated.
-var errRetrySend = newErr("conflict", "peer keys changed while sending", "send again")
+var errRetrySend = newErr(api.CodeConflict, "peer keys changed while sending", "send again")

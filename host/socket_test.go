@@ -2,7 +2,6 @@ package host
 
 import (
 	"context"
-	"encoding/json"
 	"testing"
 	"time"
 
@@ -31,23 +30,15 @@ func TestPairingThroughDaemonSockets(t *testing.T) {
 	if err != nil {
 		t.Fatalf("StartPairing over the socket: %v", err)
 	}
-	raw, err := cb.JoinPairing(ctx, a.record(t).Addr, token)
+	js, err := cb.JoinPairing(ctx, a.record(t).Addr, token)
 	if err != nil {
 		t.Fatalf("JoinPairing over the socket: %v", err)
-	}
-	var js PairingState
-	if err := json.Unmarshal(raw, &js); err != nil {
-		t.Fatal(err)
 	}
 	if js.State != PairCode || len(js.Code) != 6 || js.Peer == nil || js.Peer.Host != "alpha" {
 		t.Fatalf("joiner state = %+v, want a code for alpha", js)
 	}
-	raw, err = ca.PairingStatus(ctx)
+	is, err := ca.PairingStatus(ctx)
 	if err != nil {
-		t.Fatal(err)
-	}
-	var is PairingState
-	if err := json.Unmarshal(raw, &is); err != nil {
 		t.Fatal(err)
 	}
 	if is.State != PairCode || is.Code != js.Code {

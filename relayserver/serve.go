@@ -9,9 +9,9 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"path/filepath"
 	"time"
 
+	"github.com/agentmbx/agentmbx/internal/fsutil"
 	"github.com/agentmbx/agentmbx/mbx"
 )
 
@@ -132,7 +132,7 @@ func Serve(ctx context.Context, cfg ServeConfig) (err error) {
 		cfg.Ready(addr)
 	}
 	if cfg.AddrFile != "" {
-		if err := writeFileAtomic(cfg.AddrFile, []byte(addr+"\n")); err != nil {
+		if err := fsutil.WriteFileAtomic(cfg.AddrFile, []byte(addr+"\n"), 0o600); err != nil {
 			_ = hs.Close()
 			return fmt.Errorf("relayserver: serve: addr file: %w", err)
 		}
@@ -166,27 +166,4 @@ func Serve(ctx context.Context, cfg ServeConfig) (err error) {
 			return nil
 		}
 	}
-}
-
-// writeFileAtomic writes data to path through a temporary file and a rename, so a reader sees
-// either nothing or the whole content.
-func writeFileAtomic(path string, data []byte) error {
-	dir := filepath.Dir(path)
-	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp*")
-	if err != nil {
-		return err
-	}
-	tmp := f.Name()
-	_, werr := f.Write(data)
-	serr := f.Sync()
-	cerr := f.Close()
-	if err := errors.Join(werr, serr, cerr); err != nil {
-		_ = os.Remove(tmp)
-		return err
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		_ = os.Remove(tmp)
-		return err
-	}
-	return nil
 }

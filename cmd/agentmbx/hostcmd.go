@@ -82,7 +82,7 @@ func (c *conn) Close() error {
 // Card returns the host's signed card naming addr as its LAN address.
 func (c *conn) Card(ctx context.Context, addr string) ([]byte, error) {
 	if c.host != nil {
-		return c.host.Card(addr)
+		return c.host.Card(ctx, addr)
 	}
 	return c.daemon.Card(ctx, addr)
 }

@@ -10,7 +10,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/agentmbx/agentmbx/api"
-	"github.com/agentmbx/agentmbx/client"
 )
 
 func newInboxCmd() *cobra.Command {
@@ -26,8 +25,8 @@ func newInboxCmd() *cobra.Command {
 no unread mail, wait up to that long for some to arrive (this needs the daemon running).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if wait < 0 || wait > client.MaxWait {
-				return usageErr(fmt.Sprintf("a duration up to %s", client.MaxWait), "inbox: bad --wait %s", wait)
+			if wait < 0 || wait > api.MaxWait {
+				return usageErr(fmt.Sprintf("a duration up to %s", api.MaxWait), "inbox: bad --wait %s", wait)
 			}
 			if wait > 0 && all {
 				return usageErr("--wait waits for unread mail; drop --all", "inbox: --wait with --all")

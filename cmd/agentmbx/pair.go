@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -14,110 +13,26 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/agentmbx/agentmbx/api"
-	"github.com/agentmbx/agentmbx/client"
 	"github.com/agentmbx/agentmbx/host"
 )
 
-// pairPoll is how often a command watching a daemon's pairing session looks at it.
-const pairPoll = 200 * time.Millisecond
-
-// pairing is one side of a LAN pairing session, run by the daemon or by this process on the
-// store.
-type pairing interface {
-	start(ctx context.Context, ttl time.Duration) (string, error)
-	// waitChange waits until the session's state is no longer from (or is final).
-	waitChange(ctx context.Context, from host.PairState) (host.PairingState, error)
-	join(ctx context.Context, addr, token string) (host.PairingState, error)
-	confirm(ctx context.Context, accept bool) (api.Peer, error)
-	cancel(ctx context.Context) error
-}
-
 // cancelUnlessDone ends the pairing session unless *done: a command that leaves early (an
 // error, a declined code, Ctrl-C) leaves no session open behind it.
-func cancelUnlessDone(ctx context.Context, p pairing, done *bool) {
+func cancelUnlessDone(ctx context.Context, p api.PairingService, done *bool) {
 	if *done {
 		return
 	}
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
-	p.cancel(cctx)
+	p.CancelPairing(cctx)
 }
 
-func (c *conn) pairing() pairing {
+// pairing is the LAN pairing of the daemon (over its socket) or, without one, of the open store.
+func (c *conn) pairing() api.PairingService {
 	if c.host != nil {
-		return hostPairing{c.host}
+		return c.host.Pairing()
 	}
-	return daemonPairing{c.daemon}
-}
-
-type hostPairing struct{ h *host.Host }
-
-func (p hostPairing) start(_ context.Context, ttl time.Duration) (string, error) {
-	return p.h.StartPairing(ttl)
-}
-
-func (p hostPairing) waitChange(ctx context.Context, from host.PairState) (host.PairingState, error) {
-	return p.h.WaitPairing(ctx, from)
-}
-
-func (p hostPairing) join(ctx context.Context, addr, token string) (host.PairingState, error) {
-	return p.h.JoinPairing(ctx, addr, token)
-}
-
-func (p hostPairing) confirm(ctx context.Context, accept bool) (api.Peer, error) {
-	return p.h.ConfirmPairing(ctx, accept)
-}
-
-func (p hostPairing) cancel(ctx context.Context) error { return p.h.CancelPairing(ctx) }
-
-type daemonPairing struct{ c *client.Client }
-
-func (p daemonPairing) start(ctx context.Context, ttl time.Duration) (string, error) {
-	return p.c.StartPairing(ctx, ttl)
-}
-
-func (p daemonPairing) status(ctx context.Context) (host.PairingState, error) {
-	raw, err := p.c.PairingStatus(ctx)
-	if err != nil {
-		return host.PairingState{}, err
-	}
-	return decodePairingState(raw)
-}
-
-func (p daemonPairing) waitChange(ctx context.Context, from host.PairState) (host.PairingState, error) {
-	for {
-		st, err := p.status(ctx)
-		if err != nil || st.State != from || st.State.Final() {
-			return st, err
-		}
-		select {
-		case <-ctx.Done():
-			return st, ctx.Err()
-		case <-time.After(pairPoll):
-		}
-	}
-}
-
-func (p daemonPairing) join(ctx context.Context, addr, token string) (host.PairingState, error) {
-	raw, err := p.c.JoinPairing(ctx, addr, token)
-	if err != nil {
-		return host.PairingState{}, err
-	}
-	return decodePairingState(raw)
-}
-
-func (p daemonPairing) confirm(ctx context.Context, accept bool) (api.Peer, error) {
-	return p.c.ConfirmPairing(ctx, accept)
-}
-
-func (p daemonPairing) cancel(ctx context.Context) error { return p.c.CancelPairing(ctx) }
-
-func decodePairingState(raw []byte) (host.PairingState, error) {
-	var st host.PairingState
-	if err := json.Unmarshal(raw, &st); err != nil {
-		return st, fmt.Errorf("pairing state from the daemon: %w: %v", client.ErrProtocol, err)
-	}
-	return st, nil
+	return c.daemon
 }
 
 // canConfirm fails at once when a confirmation will be needed and nobody can give it.
@@ -172,7 +87,7 @@ listens itself for the session (--listen, default the host's listen address).`,
 					addr = st.Listen
 				}
 				p := c.pairing()
-				token, err := p.start(ctx, ttl)
+				token, err := p.StartPairing(ctx, ttl)
 				if err != nil {
 					return err
 				}
@@ -182,12 +97,12 @@ listens itself for the session (--listen, default the host's listen address).`,
 				fmt.Fprintf(w, "pairing token: %s\n", token)
 				fmt.Fprintf(w, "on the other host run:\n  agentmbx join %s %s\n", addr, token)
 				fmt.Fprintln(cmd.ErrOrStderr(), "waiting for the other host to join…")
-				st, err := p.waitChange(ctx, host.PairWaiting)
+				st, err := p.WaitPairing(ctx, api.PairWaiting)
 				if err != nil {
 					return err
 				}
-				for st.State == host.PairJoining {
-					if st, err = p.waitChange(ctx, host.PairJoining); err != nil {
+				for st.State == api.PairJoining {
+					if st, err = p.WaitPairing(ctx, api.PairJoining); err != nil {
 						return err
 					}
 				}
@@ -226,7 +141,7 @@ same 6-digit code: compare them and confirm on both sides.`,
 			}
 			return withConn(cmd, home, func(ctx context.Context, c *conn) error {
 				p := c.pairing()
-				st, err := p.join(ctx, args[0], args[1])
+				st, err := p.JoinPairing(ctx, args[0], args[1])
 				var opErr *net.OpError
 				if errors.As(err, &opErr) {
 					return hint(err, "nothing answers at %s: is `agentmbx pair` still waiting there, and is this the address it printed?", args[0])
@@ -253,8 +168,8 @@ same 6-digit code: compare them and confirm on both sides.`,
 
 // confirmCode shows the session's code and the other host, asks (unless yes) and gives the
 // answer; it returns the pinned peer.
-func confirmCode(ctx context.Context, cmd *cobra.Command, p pairing, st host.PairingState, yes bool) (api.Peer, error) {
-	if st.State != host.PairCode {
+func confirmCode(ctx context.Context, cmd *cobra.Command, p api.PairingService, st api.PairingState, yes bool) (api.Peer, error) {
+	if st.State != api.PairCode {
 		if err := st.Err(); err != nil {
 			return api.Peer{}, err
 		}
@@ -269,14 +184,14 @@ func confirmCode(ctx context.Context, cmd *cobra.Command, p pairing, st host.Pai
 	}
 	if err := confirm(cmd, yes, false, question, pairYesHint); err != nil {
 		if errors.Is(err, errDeclined) {
-			p.confirm(ctx, false)
+			p.ConfirmPairing(ctx, false)
 		}
 		return api.Peer{}, err
 	}
 	if !yes {
 		fmt.Fprintln(cmd.ErrOrStderr(), "waiting for the other host to confirm…")
 	}
-	return p.confirm(ctx, true)
+	return p.ConfirmPairing(ctx, true)
 }
 
 // servePairLAN serves the host's LAN routes (the pairing ones among them) for a pairing session

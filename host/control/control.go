@@ -1,4 +1,4 @@
-package client
+package control
 
 import (
 	"bytes"
@@ -21,46 +21,25 @@ const (
 	MaxRequestBody = 2 << 20
 	// MaxCardBody caps the body of POST /v1/peers (a host card is well under 2 KiB).
 	MaxCardBody = 64 << 10
-	// DefaultWait is the long-poll timeout of GET /v1/wait without a timeout parameter.
-	DefaultWait = 30 * time.Second
-	// MaxWait is the longest long-poll GET /v1/wait accepts.
-	MaxWait = 10 * time.Minute
 )
-
-// CardIssuer is implemented by a Service that can sign its host card; NewHandler then serves
-// GET /v1/card. *host.Host implements it.
-type CardIssuer interface {
-	Card(addr string) ([]byte, error)
-}
-
-// ErrorCoder is implemented by a Service that classifies its own errors for the wire: ErrorCode
-// returns one of the Code constants for err, or "" to leave it to CodeOf. A service whose errors
-// are its own sentinels (not wrapping this package's) implements it so that its callers over the
-// socket get typed errors.
-type ErrorCoder interface {
-	ErrorCode(err error) string
-}
 
 // NewHandler returns the server side of the control-socket protocol: it answers the routes in the
 // api package's documentation by calling svc, and turns svc's errors into api.Error answers (code
-// by svc's ErrorCoder if it has one, else CodeOf; hint by the error's Hint method, if any). A host
-// daemon serves it on its socket.
+// by the error's own Code, else svc's api.ErrorCoder if it has one, else api.CodeOf; hint by the
+// error's Hint method, if any). A host daemon serves it on its socket.
 //
-// Options add optional routes: WithPairing serves LAN pairing. The relay routes are served when
-// svc also implements api.RelayService.
-func NewHandler(svc api.Service, opts ...HandlerOption) http.Handler {
-	h := &handler{svc: svc}
-	h.coder, _ = svc.(ErrorCoder)
-	for _, o := range opts {
-		o(h)
-	}
+// The pairing routes are served when pairing is not nil, the relay routes when svc also
+// implements api.RelayService, and GET /v1/card when it implements api.CardIssuer.
+func NewHandler(svc api.Service, pairing api.PairingService) http.Handler {
+	h := &handler{svc: svc, pair: pairing}
+	h.coder, _ = svc.(api.ErrorCoder)
 	return h
 }
 
 type handler struct {
 	svc   api.Service
-	coder ErrorCoder // nil when svc does not classify its errors
-	pair  *pairFuncs // nil without WithPairing
+	coder api.ErrorCoder     // nil when svc does not classify its errors
+	pair  api.PairingService // nil: the pairing routes answer errNoPairing
 }
 
 // route is one endpoint: it decodes the request, calls the service and returns the answer.
@@ -81,6 +60,7 @@ var routes = map[string]map[string]route{
 
 	"/v1/pair":         {http.MethodGet: (*handler).pairStatus},
 	"/v1/pair/start":   {http.MethodPost: (*handler).pairStart},
+	"/v1/pair/wait":    {http.MethodGet: (*handler).pairWait},
 	"/v1/pair/join":    {http.MethodPost: (*handler).pairJoin},
 	"/v1/pair/confirm": {http.MethodPost: (*handler).pairConfirm},
 	"/v1/pair/cancel":  {http.MethodPost: (*handler).pairCancel},
@@ -94,14 +74,13 @@ var routes = map[string]map[string]route{
 func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	methods, ok := routes[r.URL.Path]
 	if !ok {
-		writeError(w, &Error{Message: "no such route: " + r.URL.Path, Code: CodeNotFound,
-			HintMsg: "the daemon may be of another version; compare `agentmbx version` with the daemon's"}, "")
+		writeError(w, api.NewError(api.CodeNotFound, "no such route: "+r.URL.Path, "the daemon may be of another version; compare `agentmbx version` with the daemon's"), "")
 		return
 	}
 	fn, ok := methods[r.Method]
 	if !ok {
 		w.Header().Set("Allow", allow(methods))
-		writeError(w, &Error{Message: fmt.Sprintf("method %s not allowed on %s", r.Method, r.URL.Path), Code: CodeBadRequest}, "")
+		writeError(w, api.NewError(api.CodeBadRequest, fmt.Sprintf("method %s not allowed on %s", r.Method, r.URL.Path), ""), "")
 		return
 	}
 	res, err := fn(h, w, r)
@@ -216,12 +195,11 @@ func (h *handler) removePeer(_ http.ResponseWriter, r *http.Request) (any, error
 
 func (h *handler) wait(_ http.ResponseWriter, r *http.Request) (any, error) {
 	q := r.URL.Query()
-	timeout := DefaultWait
+	timeout := api.DefaultWait
 	if s := q.Get("timeout"); s != "" {
 		d, err := time.ParseDuration(s)
-		if err != nil || d < 0 || d > MaxWait {
-			return nil, &Error{Message: fmt.Sprintf("bad wait timeout %q", s), Code: CodeBadRequest,
-				HintMsg: fmt.Sprintf("a duration from 0s to %s, like 30s", MaxWait)}
+		if err != nil || d < 0 || d > api.MaxWait {
+			return nil, api.NewError(api.CodeBadRequest, fmt.Sprintf("bad wait timeout %q", s), fmt.Sprintf("a duration from 0s to %s, like 30s", api.MaxWait))
 		}
 		timeout = d
 	}
@@ -240,16 +218,16 @@ func (h *handler) status(_ http.ResponseWriter, r *http.Request) (any, error) {
 }
 
 func (h *handler) card(_ http.ResponseWriter, r *http.Request) (any, error) {
-	ci, ok := h.svc.(CardIssuer)
+	ci, ok := h.svc.(api.CardIssuer)
 	if !ok {
-		return nil, &Error{Message: "this daemon does not issue host cards", Code: CodeNotFound}
+		return nil, api.NewError(api.CodeNotFound, "this daemon does not issue host cards", "")
 	}
-	card, err := ci.Card(r.URL.Query().Get("addr"))
+	card, err := ci.Card(r.Context(), r.URL.Query().Get("addr"))
 	if err != nil {
 		return nil, err
 	}
 	if !json.Valid(card) {
-		return nil, fmt.Errorf("client: host card is not JSON: %w", ErrInternal)
+		return nil, fmt.Errorf("control: host card is not JSON: %w", api.ErrInternal)
 	}
 	return json.RawMessage(card), nil
 }
@@ -269,7 +247,7 @@ func boolParam(s string) (bool, error) {
 	case "1", "true":
 		return true, nil
 	}
-	return false, &Error{Message: fmt.Sprintf("bad boolean %q", s), Code: CodeBadRequest, HintMsg: "use 1 or 0"}
+	return false, api.NewError(api.CodeBadRequest, fmt.Sprintf("bad boolean %q", s), "use 1 or 0")
 }
 
 // readBody reads a request body of at most limit bytes.
@@ -278,9 +256,9 @@ func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, erro
 	if err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
-			return nil, &Error{Message: fmt.Sprintf("request body over %d bytes", limit), Code: CodeTooLarge}
+			return nil, api.NewError(api.CodeTooLarge, fmt.Sprintf("request body over %d bytes", limit), "")
 		}
-		return nil, &Error{Message: "read request: " + err.Error(), Code: CodeBadRequest}
+		return nil, api.NewError(api.CodeBadRequest, "read request: "+err.Error(), "")
 	}
 	return data, nil
 }
@@ -295,32 +273,32 @@ func decode(w http.ResponseWriter, r *http.Request, limit int64, v any) error {
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
-		return &Error{Message: "bad request body: " + err.Error(), Code: CodeBadRequest}
+		return api.NewError(api.CodeBadRequest, "bad request body: "+err.Error(), "")
 	}
 	if dec.More() {
-		return &Error{Message: "bad request body: data after the JSON object", Code: CodeBadRequest}
+		return api.NewError(api.CodeBadRequest, "bad request body: data after the JSON object", "")
 	}
 	return nil
 }
 
-// writeError answers err as an api.Error. Its code is the one of an *Error in err's chain (the
-// handler's own, or a daemon's passed through), else code when set (the service's ErrorCoder),
-// else CodeOf's.
+// writeError answers err as an api.Error. Its code is the one the error names itself (an
+// api.Coder in its chain: the handler's own errors and the host's sentinels), else code when set
+// (the service's ErrorCoder), else api.CodeOf's.
 func writeError(w http.ResponseWriter, err error, code string) {
 	ae := api.Error{Error: err.Error(), Code: code}
-	var e *Error
+	var c api.Coder
 	switch {
-	case errors.As(err, &e) && e.Code != "":
-		ae.Code = e.Code
+	case errors.As(err, &c) && c.Code() != "":
+		ae.Code = c.Code()
 	case code != "":
 	default:
-		ae.Code = CodeOf(err)
+		ae.Code = api.CodeOf(err)
 	}
 	var h interface{ Hint() string }
 	if errors.As(err, &h) {
 		ae.Hint = h.Hint()
 	}
-	writeJSON(w, statusOf(ae.Code), ae)
+	writeJSON(w, api.StatusOf(ae.Code), ae)
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
@@ -330,7 +308,7 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	if err := enc.Encode(v); err != nil {
 		status = http.StatusInternalServerError
 		buf.Reset()
-		fmt.Fprintf(&buf, `{"error":"encode answer failed","code":%q}`+"\n", CodeInternal)
+		fmt.Fprintf(&buf, `{"error":"encode answer failed","code":%q}`+"\n", api.CodeInternal)
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)

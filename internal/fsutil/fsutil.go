@@ -1,0 +1,62 @@
+// Package fsutil holds the file-system helpers that more than one package needs.
+package fsutil
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+)
+
+// WriteFileAtomic replaces path with data so that a reader, and the file system after a crash,
+// sees either the old content or the whole new one: it writes a temporary file beside path with
+// mode perm, fsyncs it, renames it over path and fsyncs the directory, so the rename itself is
+// durable when WriteFileAtomic returns. On failure the temporary file is removed and path is
+// left as it was.
+func WriteFileAtomic(path string, data []byte, perm os.FileMode) (err error) {
+	dir, base := filepath.Split(path)
+	if dir == "" {
+		dir = "."
+	}
+	defer func() {
+		if err != nil {
+			err = fmt.Errorf("write %s: %w", base, err)
+		}
+	}()
+	f, err := os.CreateTemp(dir, "."+base+".tmp*")
+	if err != nil {
+		return err
+	}
+	tmp := f.Name()
+	if err := writeSynced(f, data, perm); err != nil {
+		os.Remove(tmp)
+		return err
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		os.Remove(tmp)
+		return err
+	}
+	return SyncDir(dir)
+}
+
+// writeSynced sets f's mode, writes data, fsyncs and closes f.
+func writeSynced(f *os.File, data []byte, perm os.FileMode) error {
+	werr := f.Chmod(perm)
+	if werr == nil {
+		_, werr = f.Write(data)
+	}
+	if werr == nil {
+		werr = f.Sync()
+	}
+	return errors.Join(werr, f.Close())
+}
+
+// SyncDir fsyncs a directory, making the creations, renames and removals in it durable.
+func SyncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	serr := d.Sync()
+	return errors.Join(serr, d.Close())
+}
