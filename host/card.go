@@ -5,9 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/agentmbx/agentmbx/mbx"
@@ -60,7 +57,7 @@ type signedCard struct {
 // The JSON is indented for people and ends with a newline.
 func (h *Host) Card(_ context.Context, addr string) ([]byte, error) {
 	if addr != "" {
-		if err := checkDialAddr(addr); err != nil {
+		if err := mbx.CheckDialAddr(addr); err != nil {
 			return nil, fmt.Errorf("host: card: %w: %v", ErrInvalid, err)
 		}
 	}
@@ -139,7 +136,7 @@ func ParseCard(data []byte, now time.Time) (PeerRecord, error) {
 		if !ok {
 			return bad("addr")
 		}
-		if err := checkDialAddr(s); err != nil {
+		if err := mbx.CheckDialAddr(s); err != nil {
 			return bad(err.Error())
 		}
 		c.Addr = s
@@ -169,25 +166,6 @@ func cardOnlyKeys(m map[string]any, keys ...string) bool {
 		}
 	}
 	return n == len(m)
-}
-
-// checkDialAddr checks a LAN address a peer can dial: host:port with a non-empty host (a name or
-// an IP address) and a port from 1 to 65535.
-func checkDialAddr(s string) error {
-	if len(s) > cardMaxAddrLen {
-		return fmt.Errorf("address longer than %d characters", cardMaxAddrLen)
-	}
-	host, port, err := net.SplitHostPort(s)
-	if err != nil {
-		return fmt.Errorf("address %q: want host:port", cardClip(s))
-	}
-	if host == "" || strings.ContainsFunc(host, func(r rune) bool { return r <= ' ' || r == 0x7f || r == '/' }) {
-		return fmt.Errorf("address %q: bad host", cardClip(s))
-	}
-	if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 || port != strconv.Itoa(n) {
-		return fmt.Errorf("address %q: bad port", cardClip(s))
-	}
-	return nil
 }
 
 // cardClip shortens outside input for an error message.

@@ -105,17 +105,3 @@ var (
 	ErrCardFuture = newErr(api.CodeRefused, "host card is dated in the future",
 		"check the clocks of both hosts")
 )
-
-// Errors of LAN pairing: the api package's.
-var (
-	ErrPairBusy      = api.ErrPairBusy
-	ErrNoPairing     = api.ErrNoPairing
-	ErrPairExpired   = api.ErrPairExpired
-	ErrPairToken     = api.ErrPairToken
-	ErrPairBurned    = api.ErrPairBurned
-	ErrPairDeclined  = api.ErrPairDeclined
-	ErrPairCancelled = api.ErrPairCancelled
-	ErrPairState     = api.ErrPairState
-	ErrPairProtocol  = api.ErrPairProtocol
-	ErrPairConflict  = api.ErrPairConflict
-)

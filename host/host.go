@@ -16,6 +16,7 @@ import (
 	"github.com/agentmbx/agentmbx/inbox"
 	"github.com/agentmbx/agentmbx/mbx"
 	"github.com/agentmbx/agentmbx/outbox"
+	"github.com/agentmbx/agentmbx/pairing"
 	"github.com/agentmbx/agentmbx/quarantine"
 )
 
@@ -60,10 +61,10 @@ type Host struct {
 	lanMux     *http.ServeMux
 	transports map[outbox.Transport]Transport
 
-	mail notifier      // wakes Wait when local mail arrives
-	kick chan struct{} // wakes the outbox loop (buffered, 1)
-	rl   relayRuntime  // the relay in use (relay.go)
-	pair pairer        // the LAN pairing session (pair.go)
+	mail notifier         // wakes Wait when local mail arrives
+	kick chan struct{}    // wakes the outbox loop (buffered, 1)
+	rl   relayRuntime     // the relay in use (relay.go)
+	pair *pairing.Service // LAN pairing (socket.go)
 
 	mu       sync.Mutex
 	listen   string // configured listen address (meta)
@@ -131,7 +132,6 @@ func Open(dir string, opts *Options) (*Host, error) {
 		kick: make(chan struct{}, 1), inflight: map[string]bool{},
 	}
 	h.mail.init()
-	h.pair.changed = make(chan struct{})
 	if err := db.Update(func(tx *bbolt.Tx) error {
 		if err := createBuckets(tx); err != nil {
 			return err
@@ -165,6 +165,7 @@ func Open(dir string, opts *Options) (*Host, error) {
 	h.rl.init()
 	h.transports = map[outbox.Transport]Transport{outbox.TransportLAN: &lanTransport{h: h}}
 	h.lanMux = h.newLANMux()
+	h.pair = h.newPairing()
 	return h, nil
 }
 

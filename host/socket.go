@@ -1,44 +1,72 @@
 package host
 
 import (
-	"context"
+	"errors"
+	"fmt"
+	"net"
 	"net/http"
-	"time"
 
 	"github.com/agentmbx/agentmbx/api"
 	"github.com/agentmbx/agentmbx/host/control"
+	"github.com/agentmbx/agentmbx/pairing"
 )
 
 // controlHandler is the control socket's HTTP handler (package control) for this host: its
 // api.Service, its LAN pairing sessions (so `agentmbx pair` and `join` work while the daemon
 // holds the store) and the relay routes (api.RelayService, which the handler finds on the Host).
 func controlHandler(h *Host) http.Handler {
-	return control.NewHandler(h, h.Pairing())
+	return control.NewHandler(h, h.pair)
 }
 
-// Pairing is the host's LAN pairing as an api.PairingService.
-func (h *Host) Pairing() api.PairingService { return hostPairing{h} }
+// Pairing is the host's LAN pairing (package pairing): its routes are served on the LAN server,
+// so the daemon's, or a listener serving LANMux while the session runs, must be up.
+func (h *Host) Pairing() api.PairingService { return h.pair }
 
-type hostPairing struct{ h *Host }
-
-func (p hostPairing) StartPairing(_ context.Context, ttl time.Duration) (string, error) {
-	return p.h.StartPairing(ttl)
+func (h *Host) newPairing() *pairing.Service {
+	return pairing.New(pairing.Config{Identity: h, Pins: pairPins{h}, Mux: h.lanMux, HTTPClient: h.client,
+		Clock: h.clock, Rand: h.rand, Logger: h.log, AdvertiseAddr: h.pairAdvertiseAddr})
 }
 
-func (p hostPairing) PairingStatus(context.Context) (api.PairingState, error) {
-	return p.h.PairingStatus()
+// pairAdvertiseAddr is the LAN address the joiner asks the inviter to use: the daemon's bound
+// port when it runs, else the configured listen address, else the default port. An empty or
+// unspecified host part is filled in by the inviter with the address the join came from.
+func (h *Host) pairAdvertiseAddr() string {
+	port, listen := h.lanPortHint(), h.ListenAddr()
+	host, lport := "", fmt.Sprint(DefaultPort)
+	if listen != "" {
+		if hh, pp, err := net.SplitHostPort(listen); err == nil {
+			host, lport = hh, pp
+		}
+	}
+	if port > 0 {
+		lport = fmt.Sprint(port)
+	}
+	return net.JoinHostPort(host, lport)
 }
 
-func (p hostPairing) WaitPairing(ctx context.Context, from api.PairState) (api.PairingState, error) {
-	return p.h.WaitPairing(ctx, from)
+// pairPins is the host's peer store as pairing.Pinner.
+type pairPins struct{ h *Host }
+
+func (p pairPins) PinnedKey(name string) (string, error) {
+	rec, err := p.h.Peer(name)
+	if errors.Is(err, ErrUnpaired) {
+		return "", nil
+	}
+	return rec.HostPubkey, err
 }
 
-func (p hostPairing) JoinPairing(ctx context.Context, addr, token string) (api.PairingState, error) {
-	return p.h.JoinPairing(ctx, addr, token)
+func (p pairPins) PinnedName(key string) (string, error) {
+	rec, err := p.h.PeerByKey(key)
+	if errors.Is(err, ErrUnpaired) {
+		return "", nil
+	}
+	return rec.Host, err
 }
 
-func (p hostPairing) ConfirmPairing(ctx context.Context, accept bool) (api.Peer, error) {
-	return p.h.ConfirmPairing(ctx, accept)
+func (p pairPins) Pin(pe api.Peer) error {
+	err := p.h.PinPeer(PeerRecord{Host: pe.Host, HostPubkey: pe.HostPubkey, EncPub: pe.EncPub, Addr: pe.Addr})
+	if errors.Is(err, ErrPeerKeyMismatch) || errors.Is(err, ErrPeerKeyInUse) || errors.Is(err, ErrSelf) {
+		return fmt.Errorf("%w: %w", api.ErrPairConflict, err)
+	}
+	return err
 }
-
-func (p hostPairing) CancelPairing(ctx context.Context) error { return p.h.CancelPairing(ctx) }

@@ -34,14 +34,14 @@ func TestPairingThroughDaemonSockets(t *testing.T) {
 	if err != nil {
 		t.Fatalf("JoinPairing over the socket: %v", err)
 	}
-	if js.State != PairCode || len(js.Code) != 6 || js.Peer == nil || js.Peer.Host != "alpha" {
+	if js.State != api.PairCode || len(js.Code) != 6 || js.Peer == nil || js.Peer.Host != "alpha" {
 		t.Fatalf("joiner state = %+v, want a code for alpha", js)
 	}
 	is, err := ca.PairingStatus(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if is.State != PairCode || is.Code != js.Code {
+	if is.State != api.PairCode || is.Code != js.Code {
 		t.Fatalf("inviter state = %+v, want the joiner's code %s", is, js.Code)
 	}
 	type confirmed struct {

@@ -2,8 +2,10 @@ package mbx
 
 import (
 	"fmt"
+	"net"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 )
 
@@ -250,4 +252,34 @@ func route(to []string, dir Directory, receiving bool) Routes {
 		}
 	}
 	return r
+}
+
+// MaxDialAddrLen caps a LAN address in a card or a pairing message.
+const MaxDialAddrLen = 300
+
+// CheckDialAddr checks a LAN address a peer can dial: host:port with a non-empty host (a name or
+// an IP address) and a port from 1 to 65535.
+func CheckDialAddr(s string) error {
+	if len(s) > MaxDialAddrLen {
+		return fmt.Errorf("address longer than %d characters", MaxDialAddrLen)
+	}
+	host, port, err := net.SplitHostPort(s)
+	if err != nil {
+		return fmt.Errorf("address %q: want host:port", clipText(s))
+	}
+	if host == "" || strings.ContainsFunc(host, func(r rune) bool { return r <= ' ' || r == 0x7f || r == '/' }) {
+		return fmt.Errorf("address %q: bad host", clipText(s))
+	}
+	if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 || port != strconv.Itoa(n) {
+		return fmt.Errorf("address %q: bad port", clipText(s))
+	}
+	return nil
+}
+
+// clipText shortens outside input for an error message.
+func clipText(s string) string {
+	if len(s) > 64 {
+		return s[:64] + "…"
+	}
+	return s
 }

@@ -24,10 +24,11 @@ type PairParty struct {
 	Nonce       string
 }
 
-const (
-	pairCodePrefix = "mbx-pair-v2\n"
-	pairTokenProto = "agentmbx-pair-token-v1"
-)
+const pairCodePrefix = "mbx-pair-v2\n"
+
+// PairProto names the token pairing protocol: the hello's proto, the transcript's proto, and the
+// salt of the token key and of every MAC key.
+const PairProto = "agentmbx-pair-token-v1"
 
 func (p PairParty) codeLine() string {
 	owner := p.OwnerPubkey
@@ -95,7 +96,7 @@ func PairTokenKey(token string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	k, err := scrypt.Key([]byte(n), []byte(pairTokenProto), 1<<15, 8, 1, 32)
+	k, err := scrypt.Key([]byte(n), []byte(PairProto), 1<<15, 8, 1, 32)
 	if err != nil {
 		return "", fmt.Errorf("pair token key: %w", err)
 	}
@@ -115,7 +116,7 @@ func JoinTranscript(a, b PairParty, addr string) ([]byte, error) {
 	}
 	bm := pick(b)
 	bm["addr"] = addr
-	return Canonical(map[string]any{"proto": pairTokenProto, "a": pick(a), "b": bm})
+	return Canonical(map[string]any{"proto": PairProto, "a": pick(a), "b": bm})
 }
 
 // Pairing MAC labels: "join" is sent by the joining host, "accept" by the host that accepts.
@@ -125,25 +126,116 @@ const (
 )
 
 // PairMAC is the MAC of a token pairing step: base64url (no padding) of HMAC-SHA256 over
-// label + "\n" + transcript, keyed by HKDF-SHA256(ikm = the token key's bytes, salt
-// "agentmbx-pair-token-v1", info "mac:" + label, 32 bytes).
+// label + "\n" + transcript, keyed by HKDF-SHA256(ikm = the token key's bytes, salt PairProto,
+// info "mac:" + label, 32 bytes).
 func PairMAC(tokenKeyHex, label string, transcript []byte) (string, error) {
 	if label != PairMACJoin && label != PairMACAccept {
 		return "", ErrPairMACLabel
 	}
+	return pairMAC(tokenKeyHex, label, transcript, "")
+}
+
+// Confirmation MAC labels: "confirm-b" is sent by the joining host, "confirm-a" by the inviter.
+const (
+	PairMACConfirmJoiner  = "confirm-b"
+	PairMACConfirmInviter = "confirm-a"
+)
+
+// PairConfirmMAC is the MAC of a confirmation, this implementation's addition to the 0.5.x
+// exchange: PairMAC's construction under a confirm label, over label + "\n" + transcript + "\n"
+// + "accept" or "decline".
+func PairConfirmMAC(tokenKeyHex, label string, transcript []byte, accept bool) (string, error) {
+	if label != PairMACConfirmJoiner && label != PairMACConfirmInviter {
+		return "", ErrPairMACLabel
+	}
+	answer := "\ndecline"
+	if accept {
+		answer = "\naccept"
+	}
+	return pairMAC(tokenKeyHex, label, transcript, answer)
+}
+
+func pairMAC(tokenKeyHex, label string, transcript []byte, suffix string) (string, error) {
 	ikm, err := hex.DecodeString(tokenKeyHex)
 	if err != nil || len(ikm) != 32 {
 		return "", ErrPairTokenKey
 	}
-	k, err := hkdf.Key(sha256.New, ikm, []byte(pairTokenProto), "mac:"+label, 32)
+	k, err := hkdf.Key(sha256.New, ikm, []byte(PairProto), "mac:"+label, 32)
 	if err != nil {
 		return "", fmt.Errorf("pair mac: %w", err)
 	}
 	h := hmac.New(sha256.New, k)
 	h.Write([]byte(label + "\n"))
 	h.Write(transcript)
+	h.Write([]byte(suffix))
 	return base64.RawURLEncoding.EncodeToString(h.Sum(nil)), nil
 }
 
 // PairMACEqual compares two MACs in constant time.
 func PairMACEqual(a, b string) bool { return hmac.Equal([]byte(a), []byte(b)) }
+
+// The messages of the LAN pairing exchange (package pairing runs it): the inviter's hello, the
+// joiner's join with its answer, and the joiner's confirmation with the inviter's answer.
+type (
+	// PairHello is the answer to GET /v2/pair/hello.
+	PairHello struct {
+		V           int     `json:"v"`
+		Proto       string  `json:"proto"`
+		Host        string  `json:"host"`
+		HostPubkey  string  `json:"host_pubkey"`
+		OwnerPubkey *string `json:"owner_pubkey"`
+		Nonce       string  `json:"nonce"`
+		ExpiresAt   string  `json:"expires_at"`
+	}
+	// PairPartyWire is the joiner's party in a join, with the address it asks to be pinned at.
+	PairPartyWire struct {
+		Host        string  `json:"host"`
+		HostPubkey  string  `json:"host_pubkey"`
+		OwnerPubkey *string `json:"owner_pubkey"`
+		Nonce       string  `json:"nonce"`
+		Addr        *string `json:"addr,omitempty"`
+	}
+	// PairJoinRequest is the body of POST /v2/pair/join.
+	PairJoinRequest struct {
+		V       int           `json:"v"`
+		ANonce  string        `json:"a_nonce"`
+		B       PairPartyWire `json:"b"`
+		MACJoin string        `json:"mac_join"`
+		EncAd   EncAdPublish  `json:"enc_ad"`
+	}
+	// PairJoinAnswer is the inviter's answer to a join.
+	PairJoinAnswer struct {
+		MACAccept string       `json:"mac_accept"`
+		EncAd     EncAdPublish `json:"enc_ad"`
+	}
+	// PairConfirmRequest is the body of POST /v2/pair/confirm.
+	PairConfirmRequest struct {
+		V      int    `json:"v"`
+		ANonce string `json:"a_nonce"`
+		BNonce string `json:"b_nonce"`
+		Accept bool   `json:"accept"`
+		MAC    string `json:"mac"`
+	}
+	// PairConfirmAnswer is the inviter's answer to a confirmation: State waiting, done or
+	// declined; done and declined carry the inviter's confirmation MAC.
+	PairConfirmAnswer struct {
+		State  string `json:"state"`
+		Accept bool   `json:"accept"`
+		MAC    string `json:"mac,omitempty"`
+	}
+	// PairWireError is a pairing error answer: Code is the error's stable word.
+	PairWireError struct {
+		Error        string `json:"error"`
+		Code         string `json:"code"`
+		AttemptsLeft *int   `json:"attempts_left,omitempty"`
+	}
+)
+
+// WirePairParty is p as a join carries it, with addr.
+func WirePairParty(p PairParty, addr *string) PairPartyWire {
+	w := PairPartyWire{Host: p.Host, HostPubkey: p.HostPubkey, Nonce: p.Nonce, Addr: addr}
+	if p.OwnerPubkey != "" {
+		w.OwnerPubkey = &p.OwnerPubkey
+	}
+	return w
+}

@@ -211,11 +211,11 @@ var hints = []struct {
 	{host.ErrCardSignature, "the card was changed after it was signed; ask its host for a fresh `agentmbx id --card`"},
 	{host.ErrCardMalformed, "a card is the JSON that `agentmbx id --card` prints on the other host"},
 	{host.ErrCardFuture, "the card is dated ahead of this host's clock; check the clocks of both hosts"},
-	{host.ErrPairBusy, "another `agentmbx pair` is waiting; finish it or let its token expire"},
-	{host.ErrPairExpired, "start again with `agentmbx pair` and use its new token"},
-	{host.ErrPairToken, "check the token `agentmbx pair` printed on the other host"},
-	{host.ErrPairBurned, "start again with `agentmbx pair` and use its new token"},
-	{host.ErrPairConflict, "a host of that name is pinned with another key; `agentmbx peers remove HOST` first if it really got a new identity"},
+	{api.ErrPairBusy, "another `agentmbx pair` is waiting; finish it or let its token expire"},
+	{api.ErrPairExpired, "start again with `agentmbx pair` and use its new token"},
+	{api.ErrPairToken, "check the token `agentmbx pair` printed on the other host"},
+	{api.ErrPairBurned, "start again with `agentmbx pair` and use its new token"},
+	{api.ErrPairConflict, "a host of that name is pinned with another key; `agentmbx peers remove HOST` first if it really got a new identity"},
 }
 
 // explain attaches a hint to err when it is one of the host's errors and has no hint yet.

@@ -1,4 +1,4 @@
-package host
+package pairing
 
 import (
 	"bytes"
@@ -16,25 +16,26 @@ import (
 	"time"
 
 	"github.com/agentmbx/agentmbx/api"
+	"github.com/agentmbx/agentmbx/internal/testkit"
 	"github.com/agentmbx/agentmbx/mbx"
 )
 
 // pairRig is an inviter with its LAN server on 127.0.0.1:0 and a joiner, each with its own
 // clock. scrypt (mbx.PairTokenKey) takes about a second under -race: tests run in parallel.
 type pairRig struct {
-	inv, join       *Host
-	invLog, joinLog *pairTestLog
-	invClock        *fakeClock
-	joinClock       *fakeClock
+	inv, join       *node
+	invLog, joinLog *testkit.SyncBuffer
+	invClock        *testkit.Clock
+	joinClock       *testkit.Clock
 	addr            string // the inviter's LAN address
 }
 
 func newPairRig(t *testing.T, inviter, joiner string) *pairRig {
 	t.Helper()
-	r := &pairRig{invClock: newClock(), joinClock: newClock()}
+	r := &pairRig{invClock: testkit.NewClock(t0), joinClock: testkit.NewClock(t0)}
 	r.inv, r.invLog = pairTestHost(t, inviter, r.invClock)
 	r.join, r.joinLog = pairTestHost(t, joiner, r.joinClock)
-	srv := httptest.NewServer(r.inv.LANMux())
+	srv := httptest.NewServer(r.inv.mux)
 	t.Cleanup(srv.Close)
 	r.addr = srv.Listener.Addr().String()
 	return r
@@ -49,7 +50,7 @@ func pairCtx(t *testing.T) context.Context {
 // noPins fails unless neither host pinned anything.
 func (r *pairRig) noPins(t *testing.T) {
 	t.Helper()
-	for _, h := range []*Host{r.inv, r.join} {
+	for _, h := range []*node{r.inv, r.join} {
 		ps, err := h.PeerRecords()
 		if err != nil {
 			t.Fatal(err)
@@ -65,7 +66,7 @@ func (r *pairRig) noSecrets(t *testing.T, token string) {
 	t.Helper()
 	key, _ := pairSessionKey(r.inv)
 	norm, _ := mbx.NormalizePairToken(token)
-	for _, lg := range []*pairTestLog{r.invLog, r.joinLog} {
+	for _, lg := range []*testkit.SyncBuffer{r.invLog, r.joinLog} {
 		s := lg.String()
 		for _, secret := range []string{token, norm, key} {
 			if secret != "" && strings.Contains(s, secret) {
@@ -75,8 +76,8 @@ func (r *pairRig) noSecrets(t *testing.T, token string) {
 	}
 }
 
-func pairSessionKey(h *Host) (string, bool) {
-	p := h.pairer()
+func pairSessionKey(h *node) (string, bool) {
+	p := h.Service
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.s == nil {
@@ -94,11 +95,11 @@ type inviterResult struct {
 
 // runInviter waits for the join and answers the code with accept; with afterJoiner it first
 // waits until the joiner's confirmation has arrived.
-func runInviter(ctx context.Context, h *Host, accept, afterJoiner bool) <-chan inviterResult {
+func runInviter(ctx context.Context, h *node, accept, afterJoiner bool) <-chan inviterResult {
 	out := make(chan inviterResult, 1)
 	go func() {
-		st, err := h.WaitPairing(ctx, PairWaiting)
-		if err != nil || st.State != PairCode {
+		st, err := h.WaitPairing(ctx, api.PairWaiting)
+		if err != nil || st.State != api.PairCode {
 			out <- inviterResult{err: fmt.Errorf("inviter saw %v (%s), %v", st.State, st.Error, err)}
 			return
 		}
@@ -115,8 +116,8 @@ func runInviter(ctx context.Context, h *Host, accept, afterJoiner bool) <-chan i
 }
 
 // waitTheirs waits until the other side's confirmation reached h's session.
-func waitTheirs(ctx context.Context, h *Host) error {
-	p := h.pairer()
+func waitTheirs(ctx context.Context, h *node) error {
+	p := h.Service
 	for {
 		p.mu.Lock()
 		ok := p.s != nil && p.s.theirs != undecided
@@ -139,26 +140,26 @@ var tokenRE = regexp.MustCompile(`^[0-9A-HJKMNP-TV-Z]{4}-[0-9A-HJKMNP-TV-Z]{4}-[
 func codeOfTranscript(t *testing.T, transcript []byte) string {
 	t.Helper()
 	var tr struct {
-		Proto string        `json:"proto"`
-		A     pairPartyWire `json:"a"`
-		B     pairPartyWire `json:"b"`
+		Proto string            `json:"proto"`
+		A     mbx.PairPartyWire `json:"a"`
+		B     mbx.PairPartyWire `json:"b"`
 	}
-	if err := json.Unmarshal(transcript, &tr); err != nil || tr.Proto != pairProto {
+	if err := json.Unmarshal(transcript, &tr); err != nil || tr.Proto != mbx.PairProto {
 		t.Fatalf("transcript %s: %v", transcript, err)
 	}
-	a, err := tr.A.party()
+	a, err := partyOf(tr.A)
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := tr.B.party()
+	b, err := partyOf(tr.B)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return mbx.PairingCode(a, b)
 }
 
-func sessionOf(h *Host) pairSession {
-	p := h.pairer()
+func sessionOf(h *node) pairSession {
+	p := h.Service
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return *p.s
@@ -177,16 +178,16 @@ func TestPairBothWays(t *testing.T) {
 			t.Parallel()
 			ctx := pairCtx(t)
 			r := newPairRig(t, c.inviter, c.joiner)
-			token, err := r.inv.StartPairing(0)
+			token, err := r.inv.StartPairing(context.Background(), 0)
 			if err != nil {
 				t.Fatal(err)
 			}
 			if !tokenRE.MatchString(token) {
 				t.Errorf("token %q is not XXXX-XXXX-XXXX Crockford", token)
 			}
-			st, _ := r.inv.PairingStatus()
-			if st.State != PairWaiting || st.Role != PairInviter || st.AttemptsLeft != MaxPairAttempts ||
-				st.ExpiresAt != mbx.ISOTime(r.invClock.Now().Add(DefaultPairTTL)) {
+			st, _ := r.inv.PairingStatus(context.Background())
+			if st.State != api.PairWaiting || st.Role != api.PairInviter || st.AttemptsLeft != MaxAttempts ||
+				st.ExpiresAt != mbx.ISOTime(r.invClock.Now().Add(DefaultTTL)) {
 				t.Errorf("inviter status after start = %+v", st)
 			}
 			inv := runInviter(ctx, r.inv, true, !c.inviterConfirms1)
@@ -197,13 +198,13 @@ func TestPairBothWays(t *testing.T) {
 			if err != nil {
 				t.Fatalf("JoinPairing: %v", err)
 			}
-			if js.State != PairCode || js.Role != PairJoiner || js.Peer == nil || js.Peer.Host != c.inviter ||
+			if js.State != api.PairCode || js.Role != api.PairJoiner || js.Peer == nil || js.Peer.Host != c.inviter ||
 				js.Peer.Fingerprint != r.inv.Key().Fingerprint() || len(js.Code) != 6 {
 				t.Fatalf("joiner status after join = %+v", js)
 			}
 			if c.inviterConfirms1 {
 				// Wait until the inviter's user has accepted, then confirm on the joiner.
-				if st, err := r.inv.WaitPairing(ctx, PairCode); err != nil || st.State != PairConfirmed {
+				if st, err := r.inv.WaitPairing(ctx, api.PairCode); err != nil || st.State != api.PairConfirmed {
 					t.Fatalf("inviter after its accept: %+v, %v", st, err)
 				}
 			}
@@ -239,7 +240,7 @@ func TestPairBothWays(t *testing.T) {
 				t.Fatalf("inviter did not pin the joiner: %v", err)
 			}
 			if gotJ.HostPubkey != r.join.Key().PublicKey() || gotJ.EncPub != r.join.EncKey().PublicKey() ||
-				gotJ.Addr != fmt.Sprintf("127.0.0.1:%d", DefaultPort) {
+				gotJ.Addr != fmt.Sprintf("127.0.0.1:%d", mbx.DefaultHostPort) {
 				t.Errorf("inviter pinned %+v", gotJ)
 			}
 			gotI, err := r.join.Peer(c.inviter)
@@ -252,15 +253,15 @@ func TestPairBothWays(t *testing.T) {
 			if peer.Host != c.inviter || res.peer.Host != c.joiner {
 				t.Errorf("ConfirmPairing returned %+v / %+v", peer, res.peer)
 			}
-			for _, h := range []*Host{r.inv, r.join} {
-				if st, _ := h.PairingStatus(); st.State != PairDone || st.Err() != nil {
+			for _, h := range []*node{r.inv, r.join} {
+				if st, _ := h.PairingStatus(context.Background()); st.State != api.PairDone || st.Err() != nil {
 					t.Errorf("%s status = %+v", h.Name(), st)
 				}
 			}
 			// The used token opens nothing any more.
-			var hello pairHello
-			if err := r.join.pairCall(ctx, "GET", r.addr, pathPairHello, nil, &hello); !errors.Is(err, ErrPairState) {
-				t.Errorf("hello after the pairing: %v, want ErrPairState", err)
+			var hello mbx.PairHello
+			if err := r.join.pairCall(ctx, "GET", r.addr, pathPairHello, nil, &hello); !errors.Is(err, api.ErrPairState) {
+				t.Errorf("hello after the pairing: %v, want api.ErrPairState", err)
 			}
 			r.noSecrets(t, token)
 		})
@@ -299,19 +300,19 @@ func TestPairDeclined(t *testing.T) {
 				shown = code
 				return c.joinerSays
 			})
-			if !errors.Is(err, ErrPairDeclined) {
-				t.Errorf("joiner: err = %v, want ErrPairDeclined", err)
+			if !errors.Is(err, api.ErrPairDeclined) {
+				t.Errorf("joiner: err = %v, want api.ErrPairDeclined", err)
 			}
 			res := <-inv
-			if !errors.Is(res.err, ErrPairDeclined) {
-				t.Errorf("inviter: err = %v, want ErrPairDeclined", res.err)
+			if !errors.Is(res.err, api.ErrPairDeclined) {
+				t.Errorf("inviter: err = %v, want api.ErrPairDeclined", res.err)
 			}
 			if res.code != shown {
 				t.Errorf("codes differ: %s / %s", res.code, shown)
 			}
 			r.noPins(t)
-			for _, h := range []*Host{r.inv, r.join} {
-				if st, _ := h.PairingStatus(); st.State != PairDeclined || !errors.Is(st.Err(), ErrPairDeclined) {
+			for _, h := range []*node{r.inv, r.join} {
+				if st, _ := h.PairingStatus(context.Background()); st.State != api.PairDeclined || !errors.Is(st.Err(), api.ErrPairDeclined) {
 					t.Errorf("%s status = %+v", h.Name(), st)
 				}
 			}
@@ -324,7 +325,7 @@ func TestPairWrongToken(t *testing.T) {
 	t.Parallel()
 	ctx := pairCtx(t)
 	r := newPairRig(t, "alpha", "beta")
-	token, err := r.inv.StartPairing(0)
+	token, err := r.inv.StartPairing(context.Background(), 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -332,21 +333,21 @@ func TestPairWrongToken(t *testing.T) {
 	if wrong == token {
 		wrong = "1111-1111-1111"
 	}
-	if _, err := r.join.JoinPairing(ctx, r.addr, wrong); !errors.Is(err, ErrPairToken) {
-		t.Fatalf("JoinPairing(wrong token) err = %v, want ErrPairToken", err)
+	if _, err := r.join.JoinPairing(ctx, r.addr, wrong); !errors.Is(err, api.ErrPairToken) {
+		t.Fatalf("JoinPairing(wrong token) err = %v, want api.ErrPairToken", err)
 	}
-	if _, err := r.join.JoinPairing(ctx, r.addr, "not a token"); !errors.Is(err, ErrPairToken) {
-		t.Fatalf("JoinPairing(malformed token) err = %v, want ErrPairToken", err)
+	if _, err := r.join.JoinPairing(ctx, r.addr, "not a token"); !errors.Is(err, api.ErrPairToken) {
+		t.Fatalf("JoinPairing(malformed token) err = %v, want api.ErrPairToken", err)
 	}
-	st, _ := r.inv.PairingStatus()
-	if st.State != PairWaiting || st.AttemptsLeft != MaxPairAttempts-1 {
-		t.Errorf("inviter after a wrong token: %+v, want waiting with %d attempts left", st, MaxPairAttempts-1)
+	st, _ := r.inv.PairingStatus(context.Background())
+	if st.State != api.PairWaiting || st.AttemptsLeft != MaxAttempts-1 {
+		t.Errorf("inviter after a wrong token: %+v, want waiting with %d attempts left", st, MaxAttempts-1)
 	}
-	if st, _ := r.join.PairingStatus(); st.State != PairFailed || !errors.Is(st.Err(), ErrPairToken) {
+	if st, _ := r.join.PairingStatus(context.Background()); st.State != api.PairFailed || !errors.Is(st.Err(), api.ErrPairToken) {
 		t.Errorf("joiner after a wrong token: %+v", st)
 	}
-	if _, err := r.inv.ConfirmPairing(ctx, true); !errors.Is(err, ErrPairState) {
-		t.Errorf("inviter confirming before any join: %v, want ErrPairState", err)
+	if _, err := r.inv.ConfirmPairing(ctx, true); !errors.Is(err, api.ErrPairState) {
+		t.Errorf("inviter confirming before any join: %v, want api.ErrPairState", err)
 	}
 	r.noPins(t)
 	r.noSecrets(t, token)
@@ -371,9 +372,9 @@ func newFakeJoiner(t *testing.T, name string) fakeJoiner {
 	return fakeJoiner{name: name, key: k, enc: e}
 }
 
-func (f fakeJoiner) request(t *testing.T, hello pairHello, tokenKey string, now time.Time) pairJoinRequest {
+func (f fakeJoiner) request(t *testing.T, hello mbx.PairHello, tokenKey string, now time.Time) mbx.PairJoinRequest {
 	t.Helper()
-	a, err := hello.party()
+	a, err := helloParty(hello)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -398,12 +399,12 @@ func (f fakeJoiner) request(t *testing.T, hello pairHello, tokenKey string, now 
 	if err != nil {
 		t.Fatal(err)
 	}
-	return pairJoinRequest{V: 1, ANonce: a.Nonce, B: wireParty(b, &addr), MACJoin: mac, EncAd: pub}
+	return mbx.PairJoinRequest{V: 1, ANonce: a.Nonce, B: mbx.WirePairParty(b, &addr), MACJoin: mac, EncAd: pub}
 }
 
 // post sends body (any JSON value, or raw bytes) to the inviter and returns the status and the
 // error code of the answer.
-func pairPost(t *testing.T, addr, path string, body any) (int, pairWireError) {
+func pairPost(t *testing.T, addr, path string, body any) (int, mbx.PairWireError) {
 	t.Helper()
 	raw, ok := body.([]byte)
 	if !ok {
@@ -417,19 +418,19 @@ func pairPost(t *testing.T, addr, path string, body any) (int, pairWireError) {
 		t.Fatal(err)
 	}
 	defer resp.Body.Close()
-	var we pairWireError
+	var we mbx.PairWireError
 	json.NewDecoder(resp.Body).Decode(&we)
 	return resp.StatusCode, we
 }
 
-func getHello(t *testing.T, addr string) pairHello {
+func getHello(t *testing.T, addr string) mbx.PairHello {
 	t.Helper()
 	resp, err := http.Get("http://" + addr + pathPairHello)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer resp.Body.Close()
-	var hl pairHello
+	var hl mbx.PairHello
 	if resp.StatusCode != http.StatusOK || json.NewDecoder(resp.Body).Decode(&hl) != nil {
 		t.Fatalf("hello: %s", resp.Status)
 	}
@@ -440,30 +441,30 @@ func TestPairTokenBurned(t *testing.T) {
 	t.Parallel()
 	ctx := pairCtx(t)
 	r := newPairRig(t, "alpha", "beta")
-	token, err := r.inv.StartPairing(0)
+	token, err := r.inv.StartPairing(context.Background(), 0)
 	if err != nil {
 		t.Fatal(err)
 	}
 	f := newFakeJoiner(t, "mallory")
 	hello := getHello(t, r.addr)
-	for i := 1; i <= MaxPairAttempts; i++ {
+	for i := 1; i <= MaxAttempts; i++ {
 		status, we := pairPost(t, r.addr, pathPairJoin, f.request(t, hello, "", r.invClock.Now()))
 		wantStatus, wantCode := http.StatusForbidden, "bad_token"
-		if i == MaxPairAttempts {
+		if i == MaxAttempts {
 			wantStatus, wantCode = http.StatusGone, "burned"
 		}
 		if status != wantStatus || we.Code != wantCode {
 			t.Fatalf("wrong MAC #%d: %d %+v, want %d %s", i, status, we, wantStatus, wantCode)
 		}
-		if i < MaxPairAttempts && (we.AttemptsLeft == nil || *we.AttemptsLeft != MaxPairAttempts-i) {
+		if i < MaxAttempts && (we.AttemptsLeft == nil || *we.AttemptsLeft != MaxAttempts-i) {
 			t.Errorf("wrong MAC #%d: attempts_left %v", i, we.AttemptsLeft)
 		}
 	}
 	// The right token is no use now.
-	if _, err := r.join.JoinPairing(ctx, r.addr, token); !errors.Is(err, ErrPairBurned) {
-		t.Errorf("join with the right token after burning: %v, want ErrPairBurned", err)
+	if _, err := r.join.JoinPairing(ctx, r.addr, token); !errors.Is(err, api.ErrPairBurned) {
+		t.Errorf("join with the right token after burning: %v, want api.ErrPairBurned", err)
 	}
-	if st, _ := r.inv.PairingStatus(); st.State != PairFailed || !errors.Is(st.Err(), ErrPairBurned) {
+	if st, _ := r.inv.PairingStatus(context.Background()); st.State != api.PairFailed || !errors.Is(st.Err(), api.ErrPairBurned) {
 		t.Errorf("inviter status = %+v", st)
 	}
 	r.noPins(t)
@@ -477,7 +478,7 @@ func TestPairExpired(t *testing.T) {
 		t.Parallel()
 		ctx := pairCtx(t)
 		r := newPairRig(t, "alpha", "beta")
-		token, err := r.inv.StartPairing(2 * time.Minute)
+		token, err := r.inv.StartPairing(context.Background(), 2*time.Minute)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -485,18 +486,18 @@ func TestPairExpired(t *testing.T) {
 		if _, err := Join(ctx, r.join, r.addr, token, func(string, api.Peer) bool {
 			t.Error("confirm asked for an expired token")
 			return true
-		}); !errors.Is(err, ErrPairExpired) {
-			t.Errorf("Join after expiry: %v, want ErrPairExpired", err)
+		}); !errors.Is(err, api.ErrPairExpired) {
+			t.Errorf("Join after expiry: %v, want api.ErrPairExpired", err)
 		}
-		if st, _ := r.inv.PairingStatus(); st.State != PairExpired {
+		if st, _ := r.inv.PairingStatus(context.Background()); st.State != api.PairExpired {
 			t.Errorf("inviter status = %+v", st)
 		}
-		if st, _ := r.join.PairingStatus(); st.State != PairExpired {
+		if st, _ := r.join.PairingStatus(context.Background()); st.State != api.PairExpired {
 			t.Errorf("joiner status = %+v", st)
 		}
 		r.noPins(t)
 		// An expired session no longer blocks a new one.
-		if _, err := r.inv.StartPairing(time.Minute); err != nil {
+		if _, err := r.inv.StartPairing(context.Background(), time.Minute); err != nil {
 			t.Errorf("StartPairing after expiry: %v", err)
 		}
 	})
@@ -504,20 +505,20 @@ func TestPairExpired(t *testing.T) {
 		t.Parallel()
 		ctx := pairCtx(t)
 		r := newPairRig(t, "alpha", "beta")
-		token, err := r.inv.StartPairing(0)
+		token, err := r.inv.StartPairing(context.Background(), 0)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if _, err := r.join.JoinPairing(ctx, r.addr, token); err != nil {
 			t.Fatal(err)
 		}
-		r.invClock.Advance(PairConfirmWindow + time.Second)
-		r.joinClock.Advance(PairConfirmWindow / 2) // the joiner's window is still open
-		if _, err := r.join.ConfirmPairing(ctx, true); !errors.Is(err, ErrPairExpired) {
-			t.Errorf("joiner confirm after the inviter's window: %v, want ErrPairExpired", err)
+		r.invClock.Advance(ConfirmWindow + time.Second)
+		r.joinClock.Advance(ConfirmWindow / 2) // the joiner's window is still open
+		if _, err := r.join.ConfirmPairing(ctx, true); !errors.Is(err, api.ErrPairExpired) {
+			t.Errorf("joiner confirm after the inviter's window: %v, want api.ErrPairExpired", err)
 		}
-		if _, err := r.inv.ConfirmPairing(ctx, true); !errors.Is(err, ErrPairExpired) {
-			t.Errorf("inviter confirm after its window: %v, want ErrPairExpired", err)
+		if _, err := r.inv.ConfirmPairing(ctx, true); !errors.Is(err, api.ErrPairExpired) {
+			t.Errorf("inviter confirm after its window: %v, want api.ErrPairExpired", err)
 		}
 		r.noPins(t)
 	})
@@ -527,7 +528,7 @@ func TestPairReplayedJoin(t *testing.T) {
 	t.Parallel()
 	ctx := pairCtx(t)
 	r := newPairRig(t, "alpha", "beta")
-	token, err := r.inv.StartPairing(0)
+	token, err := r.inv.StartPairing(context.Background(), 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -545,19 +546,19 @@ func TestPairReplayedJoin(t *testing.T) {
 		t.Errorf("replayed join: %d %+v, want 409 state", status, we)
 	}
 	// A forged confirmation (no token key) is refused and counts as a wrong attempt.
-	confirm := pairConfirmRequest{V: 1, ANonce: join.ANonce, BNonce: join.B.Nonce, Accept: true, MAC: "x"}
+	confirm := mbx.PairConfirmRequest{V: 1, ANonce: join.ANonce, BNonce: join.B.Nonce, Accept: true, MAC: "x"}
 	if status, we := pairPost(t, r.addr, pathPairConfirm, confirm); status != http.StatusForbidden || we.Code != "bad_token" {
 		t.Errorf("forged confirm: %d %+v, want 403 bad_token", status, we)
 	}
 	if err := r.inv.CancelPairing(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if st, _ := r.inv.PairingStatus(); st.State != PairFailed || !errors.Is(st.Err(), ErrPairCancelled) {
+	if st, _ := r.inv.PairingStatus(context.Background()); st.State != api.PairFailed || !errors.Is(st.Err(), api.ErrPairCancelled) {
 		t.Errorf("status after cancel = %+v", st)
 	}
 	// Replayed into a new session: refused as another session's; with the nonce swapped for
 	// the new one, the MAC fails.
-	if _, err := r.inv.StartPairing(0); err != nil {
+	if _, err := r.inv.StartPairing(context.Background(), 0); err != nil {
 		t.Fatal(err)
 	}
 	if status, we := pairPost(t, r.addr, pathPairJoin, join); status != http.StatusConflict || we.Code != "state" {
@@ -567,8 +568,8 @@ func TestPairReplayedJoin(t *testing.T) {
 	if status, we := pairPost(t, r.addr, pathPairJoin, join); status != http.StatusForbidden || we.Code != "bad_token" {
 		t.Errorf("join replayed with the new nonce: %d %+v, want 403 bad_token", status, we)
 	}
-	if _, err := r.inv.ConfirmPairing(ctx, true); !errors.Is(err, ErrPairState) {
-		t.Errorf("confirm with no join in the session: %v, want ErrPairState", err)
+	if _, err := r.inv.ConfirmPairing(ctx, true); !errors.Is(err, api.ErrPairState) {
+		t.Errorf("confirm with no join in the session: %v, want api.ErrPairState", err)
 	}
 	r.noPins(t)
 }
@@ -576,13 +577,13 @@ func TestPairReplayedJoin(t *testing.T) {
 func TestPairJoinMalformed(t *testing.T) {
 	t.Parallel()
 	r := newPairRig(t, "alpha", "beta")
-	if _, err := r.inv.StartPairing(0); err != nil {
+	if _, err := r.inv.StartPairing(context.Background(), 0); err != nil {
 		t.Fatal(err)
 	}
 	f := newFakeJoiner(t, "mallory")
 	hello := getHello(t, r.addr)
 	good := f.request(t, hello, "", r.invClock.Now())
-	with := func(mod func(*pairJoinRequest)) pairJoinRequest {
+	with := func(mod func(*mbx.PairJoinRequest)) mbx.PairJoinRequest {
 		j := good
 		mod(&j)
 		return j
@@ -596,15 +597,15 @@ func TestPairJoinMalformed(t *testing.T) {
 		{"unknown field", []byte(`{"v":1,"token":"x"}`)},
 		{"two values", []byte(`{"v":1} {"v":1}`)},
 		{"too large", append([]byte(`{"v":1,"a_nonce":"`), bytes.Repeat([]byte("a"), pairMaxBody)...)},
-		{"version 2", with(func(j *pairJoinRequest) { j.V = 2 })},
-		{"bad host", with(func(j *pairJoinRequest) { j.B.Host = "a b" })},
-		{"bad key", with(func(j *pairJoinRequest) { j.B.HostPubkey = "AAAA" })},
-		{"bad owner key", with(func(j *pairJoinRequest) { j.B.OwnerPubkey = str("x") })},
-		{"short nonce", with(func(j *pairJoinRequest) { j.B.Nonce = "abc" })},
-		{"no addr", with(func(j *pairJoinRequest) { j.B.Addr = nil })},
-		{"bad addr", with(func(j *pairJoinRequest) { j.B.Addr = str("10.0.0.1") })},
-		{"port 0", with(func(j *pairJoinRequest) { j.B.Addr = str("10.0.0.1:0") })},
-		{"no mac", with(func(j *pairJoinRequest) { j.MACJoin = "" })},
+		{"version 2", with(func(j *mbx.PairJoinRequest) { j.V = 2 })},
+		{"bad host", with(func(j *mbx.PairJoinRequest) { j.B.Host = "a b" })},
+		{"bad key", with(func(j *mbx.PairJoinRequest) { j.B.HostPubkey = "AAAA" })},
+		{"bad owner key", with(func(j *mbx.PairJoinRequest) { j.B.OwnerPubkey = str("x") })},
+		{"short nonce", with(func(j *mbx.PairJoinRequest) { j.B.Nonce = "abc" })},
+		{"no addr", with(func(j *mbx.PairJoinRequest) { j.B.Addr = nil })},
+		{"bad addr", with(func(j *mbx.PairJoinRequest) { j.B.Addr = str("10.0.0.1") })},
+		{"port 0", with(func(j *mbx.PairJoinRequest) { j.B.Addr = str("10.0.0.1:0") })},
+		{"no mac", with(func(j *mbx.PairJoinRequest) { j.MACJoin = "" })},
 	} {
 		status, we := pairPost(t, r.addr, pathPairJoin, c.body)
 		if status != http.StatusBadRequest || we.Code != "bad_request" {
@@ -612,7 +613,7 @@ func TestPairJoinMalformed(t *testing.T) {
 		}
 	}
 	// None of them counted as a guess, nor moved the session.
-	if st, _ := r.inv.PairingStatus(); st.State != PairWaiting || st.AttemptsLeft != MaxPairAttempts {
+	if st, _ := r.inv.PairingStatus(context.Background()); st.State != api.PairWaiting || st.AttemptsLeft != MaxAttempts {
 		t.Errorf("inviter status = %+v", st)
 	}
 	if status, we := pairPost(t, r.addr, pathPairConfirm, []byte(`{"v":1,"mac":"x"}`)); status != http.StatusConflict || we.Code != "state" {
@@ -625,27 +626,27 @@ func TestPairBusyAndConflicts(t *testing.T) {
 		t.Parallel()
 		ctx := pairCtx(t)
 		r := newPairRig(t, "alpha", "beta")
-		for _, ttl := range []time.Duration{-time.Second, MaxPairTTL + time.Second} {
-			if _, err := r.inv.StartPairing(ttl); !errors.Is(err, ErrInvalid) {
-				t.Errorf("StartPairing(%s): %v, want ErrInvalid", ttl, err)
+		for _, ttl := range []time.Duration{-time.Second, MaxTTL + time.Second} {
+			if _, err := r.inv.StartPairing(context.Background(), ttl); !errors.Is(err, api.ErrBadRequest) {
+				t.Errorf("StartPairing(context.Background(), %s): %v, want api.ErrBadRequest", ttl, err)
 			}
 		}
-		if st, _ := r.inv.PairingStatus(); st.State != PairNone {
+		if st, _ := r.inv.PairingStatus(context.Background()); st.State != api.PairNone {
 			t.Errorf("status before any session = %+v", st)
 		}
-		if _, err := r.inv.StartPairing(0); err != nil {
+		if _, err := r.inv.StartPairing(context.Background(), 0); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := r.inv.StartPairing(0); !errors.Is(err, ErrPairBusy) {
-			t.Errorf("second StartPairing: %v, want ErrPairBusy", err)
+		if _, err := r.inv.StartPairing(context.Background(), 0); !errors.Is(err, api.ErrPairBusy) {
+			t.Errorf("second StartPairing: %v, want api.ErrPairBusy", err)
 		}
-		if _, err := r.inv.JoinPairing(ctx, r.addr, "0000-0000-0000"); !errors.Is(err, ErrPairBusy) {
-			t.Errorf("JoinPairing while inviting: %v, want ErrPairBusy", err)
+		if _, err := r.inv.JoinPairing(ctx, r.addr, "0000-0000-0000"); !errors.Is(err, api.ErrPairBusy) {
+			t.Errorf("JoinPairing while inviting: %v, want api.ErrPairBusy", err)
 		}
 		if _, err := r.join.JoinPairing(ctx, "127.0.0.1:1", "0000-0000-0000"); err == nil {
 			t.Errorf("JoinPairing to a closed port succeeded")
 		}
-		if st, _ := r.join.PairingStatus(); st.State != PairFailed {
+		if st, _ := r.join.PairingStatus(context.Background()); st.State != api.PairFailed {
 			t.Errorf("joiner after an unreachable inviter: %+v", st)
 		}
 	})
@@ -654,15 +655,15 @@ func TestPairBusyAndConflicts(t *testing.T) {
 		ctx := pairCtx(t)
 		r := newPairRig(t, "alpha", "beta")
 		f := newFakeJoiner(t, "alpha")
-		if err := r.join.PinPeer(PeerRecord{Host: "alpha", HostPubkey: f.key.PublicKey(), EncPub: f.enc.PublicKey()}); err != nil {
+		if err := r.join.PinPeer(api.Peer{Host: "alpha", HostPubkey: f.key.PublicKey(), EncPub: f.enc.PublicKey()}); err != nil {
 			t.Fatal(err)
 		}
-		token, err := r.inv.StartPairing(0)
+		token, err := r.inv.StartPairing(context.Background(), 0)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := r.join.JoinPairing(ctx, r.addr, token); !errors.Is(err, ErrPairConflict) {
-			t.Errorf("JoinPairing: %v, want ErrPairConflict", err)
+		if _, err := r.join.JoinPairing(ctx, r.addr, token); !errors.Is(err, api.ErrPairConflict) {
+			t.Errorf("JoinPairing: %v, want api.ErrPairConflict", err)
 		}
 		if p, _ := r.join.Peer("alpha"); p.HostPubkey != f.key.PublicKey() {
 			t.Errorf("the pinned key changed")
@@ -676,17 +677,17 @@ func TestPairBusyAndConflicts(t *testing.T) {
 		ctx := pairCtx(t)
 		r := newPairRig(t, "alpha", "beta")
 		f := newFakeJoiner(t, "beta")
-		if err := r.inv.PinPeer(PeerRecord{Host: "beta", HostPubkey: f.key.PublicKey(), EncPub: f.enc.PublicKey()}); err != nil {
+		if err := r.inv.PinPeer(api.Peer{Host: "beta", HostPubkey: f.key.PublicKey(), EncPub: f.enc.PublicKey()}); err != nil {
 			t.Fatal(err)
 		}
-		token, err := r.inv.StartPairing(0)
+		token, err := r.inv.StartPairing(context.Background(), 0)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := r.join.JoinPairing(ctx, r.addr, token); !errors.Is(err, ErrPairConflict) {
-			t.Errorf("JoinPairing: %v, want ErrPairConflict", err)
+		if _, err := r.join.JoinPairing(ctx, r.addr, token); !errors.Is(err, api.ErrPairConflict) {
+			t.Errorf("JoinPairing: %v, want api.ErrPairConflict", err)
 		}
-		if st, _ := r.inv.PairingStatus(); st.State != PairFailed || !errors.Is(st.Err(), ErrPairConflict) {
+		if st, _ := r.inv.PairingStatus(context.Background()); st.State != api.PairFailed || !errors.Is(st.Err(), api.ErrPairConflict) {
 			t.Errorf("inviter status = %+v", st)
 		}
 		if ps, _ := r.join.PeerRecords(); len(ps) != 0 {
@@ -702,7 +703,7 @@ func TestPairJoinerGivesUp(t *testing.T) {
 	t.Parallel()
 	r := newPairRig(t, "alpha", "beta")
 	ctx := pairCtx(t)
-	token, err := r.inv.StartPairing(0)
+	token, err := r.inv.StartPairing(context.Background(), 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -720,32 +721,32 @@ func TestPairJoinerGivesUp(t *testing.T) {
 		t.Fatal(err)
 	}
 	cancel()
-	if err := <-done; !errors.Is(err, ErrPairCancelled) {
-		t.Errorf("joiner: %v, want ErrPairCancelled", err)
+	if err := <-done; !errors.Is(err, api.ErrPairCancelled) {
+		t.Errorf("joiner: %v, want api.ErrPairCancelled", err)
 	}
 	// The joiner told the inviter: its user's accept now ends in a decline, no pin.
-	if _, err := r.inv.ConfirmPairing(ctx, true); !errors.Is(err, ErrPairDeclined) {
-		t.Errorf("inviter: %v, want ErrPairDeclined", err)
+	if _, err := r.inv.ConfirmPairing(ctx, true); !errors.Is(err, api.ErrPairDeclined) {
+		t.Errorf("inviter: %v, want api.ErrPairDeclined", err)
 	}
 	r.noPins(t)
 }
 
 func TestPairStateText(t *testing.T) {
-	for s := PairNone; s <= PairFailed; s++ {
+	for s := api.PairNone; s <= api.PairFailed; s++ {
 		b, _ := s.MarshalText()
-		var back PairState
+		var back api.PairState
 		if err := back.UnmarshalText(b); err != nil || back != s {
 			t.Errorf("state %d: %q → %v, %v", s, b, back, err)
 		}
-		if s.Final() != (s == PairDone || s == PairDeclined || s == PairExpired || s == PairFailed) {
+		if s.Final() != (s == api.PairDone || s == api.PairDeclined || s == api.PairExpired || s == api.PairFailed) {
 			t.Errorf("%s.Final() = %v", s, s.Final())
 		}
 	}
-	var s PairState
+	var s api.PairState
 	if err := s.UnmarshalText([]byte("nope")); err == nil {
 		t.Error("unknown state name accepted")
 	}
-	in := PairingState{State: PairFailed, Role: PairJoiner, Error: ErrPairBurned.Error(), Reason: "burned"}
+	in := api.PairingState{State: api.PairFailed, Role: api.PairJoiner, Error: api.ErrPairBurned.Error(), Reason: "burned"}
 	raw, err := json.Marshal(in)
 	if err != nil {
 		t.Fatal(err)
@@ -753,11 +754,11 @@ func TestPairStateText(t *testing.T) {
 	if want := `{"state":"failed","role":"joiner","error":"pairing token burned after too many wrong attempts","reason":"burned"}`; string(raw) != want {
 		t.Errorf("JSON = %s, want %s", raw, want)
 	}
-	var out PairingState
-	if err := json.Unmarshal(raw, &out); err != nil || !errors.Is(out.Err(), ErrPairBurned) {
+	var out api.PairingState
+	if err := json.Unmarshal(raw, &out); err != nil || !errors.Is(out.Err(), api.ErrPairBurned) {
 		t.Errorf("decoded %+v, Err %v", out, out.Err())
 	}
-	if err := (PairingState{State: PairDone}).Err(); err != nil {
+	if err := (api.PairingState{State: api.PairDone}).Err(); err != nil {
 		t.Errorf("done state Err = %v", err)
 	}
 }
@@ -794,11 +795,11 @@ func TestPairHelpers(t *testing.T) {
 	macs := map[string]bool{}
 	for _, label := range []string{"confirm-a", "confirm-b"} {
 		for _, accept := range []bool{true, false} {
-			m, err := pairConfirmMAC(key, label, tr, accept)
+			m, err := mbx.PairConfirmMAC(key, label, tr, accept)
 			if err != nil {
 				t.Fatal(err)
 			}
-			again, _ := pairConfirmMAC(key, label, tr, accept)
+			again, _ := mbx.PairConfirmMAC(key, label, tr, accept)
 			if m != again || len(m) != 43 {
 				t.Errorf("confirm MAC %s/%v = %q (again %q)", label, accept, m, again)
 			}
@@ -808,10 +809,10 @@ func TestPairHelpers(t *testing.T) {
 	if len(macs) != 4 {
 		t.Errorf("confirm MACs of different labels or answers collide: %v", macs)
 	}
-	if _, err := pairConfirmMAC(key, "join", tr, true); err == nil {
+	if _, err := mbx.PairConfirmMAC(key, "join", tr, true); err == nil {
 		t.Error("a confirm MAC under the join label")
 	}
-	if _, err := pairConfirmMAC("abcd", "confirm-a", tr, true); err == nil {
+	if _, err := mbx.PairConfirmMAC("abcd", "confirm-a", tr, true); err == nil {
 		t.Error("a confirm MAC under a short key")
 	}
 	seen := map[string]bool{}
@@ -890,7 +891,7 @@ func TestPairTampered(t *testing.T) {
 		t.Parallel()
 		ctx := pairCtx(t)
 		r := newPairRig(t, "alpha", "beta")
-		token, err := r.inv.StartPairing(0)
+		token, err := r.inv.StartPairing(context.Background(), 0)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -900,10 +901,10 @@ func TestPairTampered(t *testing.T) {
 			}
 			return rewrite(t, body, func(m map[string]any) { m["b"].(map[string]any)["addr"] = "10.6.6.6:7373" })
 		}})
-		if _, err := r.join.JoinPairing(ctx, via, token); !errors.Is(err, ErrPairToken) {
-			t.Errorf("join with the addr changed on the way: %v, want ErrPairToken", err)
+		if _, err := r.join.JoinPairing(ctx, via, token); !errors.Is(err, api.ErrPairToken) {
+			t.Errorf("join with the addr changed on the way: %v, want api.ErrPairToken", err)
 		}
-		if st, _ := r.inv.PairingStatus(); st.State != PairWaiting || st.AttemptsLeft != MaxPairAttempts-1 {
+		if st, _ := r.inv.PairingStatus(context.Background()); st.State != api.PairWaiting || st.AttemptsLeft != MaxAttempts-1 {
 			t.Errorf("inviter status = %+v", st)
 		}
 		via = proxied(t, r, &tamperProxy{resp: func(path string, body []byte) []byte {
@@ -912,10 +913,10 @@ func TestPairTampered(t *testing.T) {
 			}
 			return rewrite(t, body, func(m map[string]any) { m["mac_accept"] = "J_dHW1dThRzZYTWV13RLvLlnN2UcPwzTA196Vxqo_Z4" })
 		}})
-		if _, err := r.join.JoinPairing(ctx, via, token); !errors.Is(err, ErrPairToken) {
-			t.Errorf("join with a forged accept MAC: %v, want ErrPairToken", err)
+		if _, err := r.join.JoinPairing(ctx, via, token); !errors.Is(err, api.ErrPairToken) {
+			t.Errorf("join with a forged accept MAC: %v, want api.ErrPairToken", err)
 		}
-		if st, _ := r.join.PairingStatus(); st.State != PairFailed || st.Code != "" {
+		if st, _ := r.join.PairingStatus(context.Background()); st.State != api.PairFailed || st.Code != "" {
 			t.Errorf("joiner status = %+v (no code may be shown)", st)
 		}
 		r.noPins(t)
@@ -924,7 +925,7 @@ func TestPairTampered(t *testing.T) {
 		t.Parallel()
 		ctx := pairCtx(t)
 		r := newPairRig(t, "alpha", "beta")
-		token, err := r.inv.StartPairing(0)
+		token, err := r.inv.StartPairing(context.Background(), 0)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -937,8 +938,8 @@ func TestPairTampered(t *testing.T) {
 			}
 			return rewrite(t, body, func(m map[string]any) { m["enc_ad"] = forged })
 		}})
-		if _, err := r.join.JoinPairing(ctx, via, token); !errors.Is(err, ErrPairProtocol) || !errors.Is(err, mbx.ErrBadEncAd) {
-			t.Errorf("join with a swapped enc-key ad: %v, want ErrPairProtocol wrapping an enc-ad refusal", err)
+		if _, err := r.join.JoinPairing(ctx, via, token); !errors.Is(err, api.ErrPairProtocol) || !errors.Is(err, mbx.ErrBadEncAd) {
+			t.Errorf("join with a swapped enc-key ad: %v, want api.ErrPairProtocol wrapping an enc-ad refusal", err)
 		}
 		r.noPins(t)
 	})
@@ -946,7 +947,7 @@ func TestPairTampered(t *testing.T) {
 		t.Parallel()
 		ctx := pairCtx(t)
 		r := newPairRig(t, "alpha", "beta")
-		token, err := r.inv.StartPairing(0)
+		token, err := r.inv.StartPairing(context.Background(), 0)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -960,11 +961,11 @@ func TestPairTampered(t *testing.T) {
 		if _, err := r.join.JoinPairing(ctx, via, token); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := r.join.ConfirmPairing(ctx, true); !errors.Is(err, ErrPairProtocol) {
-			t.Errorf("joiner given a forged done: %v, want ErrPairProtocol", err)
+		if _, err := r.join.ConfirmPairing(ctx, true); !errors.Is(err, api.ErrPairProtocol) {
+			t.Errorf("joiner given a forged done: %v, want api.ErrPairProtocol", err)
 		}
-		if res := <-inv; !errors.Is(res.err, ErrPairDeclined) {
-			t.Errorf("inviter: %v, want ErrPairDeclined", res.err)
+		if res := <-inv; !errors.Is(res.err, api.ErrPairDeclined) {
+			t.Errorf("inviter: %v, want api.ErrPairDeclined", res.err)
 		}
 		r.noPins(t)
 	})
@@ -982,35 +983,35 @@ func TestInviteCancelled(t *testing.T) {
 		})
 		done <- err
 	}()
-	if err := <-done; !errors.Is(err, ErrPairCancelled) {
-		t.Errorf("Invite with ctx cancelled: %v, want ErrPairCancelled", err)
+	if err := <-done; !errors.Is(err, api.ErrPairCancelled) {
+		t.Errorf("Invite with ctx cancelled: %v, want api.ErrPairCancelled", err)
 	}
-	if st, _ := r.inv.PairingStatus(); st.State != PairFailed || !errors.Is(st.Err(), ErrPairCancelled) {
+	if st, _ := r.inv.PairingStatus(context.Background()); st.State != api.PairFailed || !errors.Is(st.Err(), api.ErrPairCancelled) {
 		t.Errorf("status = %+v", st)
 	}
-	if _, err := r.inv.StartPairing(0); err != nil {
+	if _, err := r.inv.StartPairing(context.Background(), 0); err != nil {
 		t.Errorf("StartPairing after a cancelled session: %v", err)
 	}
 }
 
 func TestJoinCancelled(t *testing.T) {
 	t.Parallel()
-	clock := newClock()
+	clock := testkit.NewClock(t0)
 	b, _ := pairTestHost(t, "beta", clock)
 	// An inviter that never answers: the join ends with its ctx, as a cancelled session.
 	stuck := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { <-r.Context().Done() }))
 	t.Cleanup(stuck.Close)
 	ctx, cancel := context.WithCancel(pairCtx(t))
 	go func() {
-		st, _ := b.WaitPairing(ctx, PairNone)
-		if st.State == PairJoining {
+		st, _ := b.WaitPairing(ctx, api.PairNone)
+		if st.State == api.PairJoining {
 			cancel()
 		}
 	}()
-	if _, err := b.JoinPairing(ctx, stuck.Listener.Addr().String(), "0000-0000-0000"); !errors.Is(err, ErrPairCancelled) {
-		t.Errorf("JoinPairing with ctx cancelled: %v, want ErrPairCancelled", err)
+	if _, err := b.JoinPairing(ctx, stuck.Listener.Addr().String(), "0000-0000-0000"); !errors.Is(err, api.ErrPairCancelled) {
+		t.Errorf("JoinPairing with ctx cancelled: %v, want api.ErrPairCancelled", err)
 	}
-	if st, _ := b.PairingStatus(); st.State != PairFailed || !errors.Is(st.Err(), ErrPairCancelled) {
+	if st, _ := b.PairingStatus(context.Background()); st.State != api.PairFailed || !errors.Is(st.Err(), api.ErrPairCancelled) {
 		t.Errorf("status = %+v", st)
 	}
 	cancel()

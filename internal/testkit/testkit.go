@@ -1,0 +1,65 @@
+// Package testkit holds what the module's tests share: a fake clock, seeded randomness, a
+// buffer that several goroutines may write, runners for child processes (crash drills that
+// SIGKILL a child at a failpoint, and servers that write their address to a file), and, in
+// testkit/testrelay, a real relay in process.
+//
+// It is imported only by tests. It never sleeps to wait for wall-clock time to pass in what it
+// asserts; the waits it has are bounded polls for a child to be ready.
+package testkit
+
+import (
+	"bytes"
+	"io"
+	"math/rand/v2"
+	"sync"
+	"time"
+)
+
+// Clock is a clock that moves only when told; it is safe for concurrent use.
+type Clock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+// NewClock returns a Clock that stands at start.
+func NewClock(start time.Time) *Clock { return &Clock{now: start} }
+
+// Now is the clock's time.
+func (c *Clock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+// Advance moves the clock by d.
+func (c *Clock) Advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = c.now.Add(d)
+}
+
+// Rand is a deterministic randomness source: the same seed gives the same bytes. It is not safe
+// for concurrent use.
+func Rand(seed uint64) io.Reader {
+	return rand.NewChaCha8([32]byte{byte(seed), byte(seed >> 8), 7})
+}
+
+// SyncBuffer is a bytes.Buffer that several goroutines may write (a logger, a child's output)
+// while the test reads it.
+type SyncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *SyncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+// String returns what was written so far.
+func (s *SyncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
