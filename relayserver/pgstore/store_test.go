@@ -1,0 +1,220 @@
+package pgstore
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/agentmbx/agentmbx/relayserver"
+	"github.com/agentmbx/agentmbx/relayserver/pgstore/pgtest"
+	"github.com/agentmbx/agentmbx/relayserver/storetest"
+)
+
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
+var ctx = context.Background()
+
+// openT opens a store on a new, empty database.
+func openT(t testing.TB, opts *Options) (*Store, string) {
+	t.Helper()
+	url := pgtest.Start(t).NewDatabase(t)
+	s, err := Open(ctx, url, opts)
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s, url
+}
+
+// TestStoreContract runs the backend-neutral Store suite against PostgreSQL.
+func TestStoreContract(t *testing.T) {
+	pgtest.Start(t)
+	storetest.Run(t, func(t *testing.T) relayserver.Store { s, _ := openT(t, nil); return s })
+}
+
+func TestReopenKeepsEpochAndRefusesNewerSchema(t *testing.T) {
+	s, url := openT(t, nil)
+	m, err := s.Meta(ctx)
+	if err != nil || m.SchemaVersion != SchemaVersion || len(m.Epoch) != 36 {
+		t.Fatalf("meta = %+v, %v", m, err)
+	}
+	// Replicas opening together migrate once and share the epoch.
+	var wg sync.WaitGroup
+	epochs := make([]string, 4)
+	for i := range epochs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			s2, err := Open(ctx, url, nil)
+			if err != nil {
+				t.Errorf("Open %d: %v", i, err)
+				return
+			}
+			defer s2.Close()
+			m2, _ := s2.Meta(ctx)
+			epochs[i] = m2.Epoch
+		}()
+	}
+	wg.Wait()
+	for i, e := range epochs {
+		if e != m.Epoch {
+			t.Fatalf("replica %d sees epoch %q, want %q", i, e, m.Epoch)
+		}
+	}
+	if _, err := s.pool.Exec(ctx, "UPDATE meta SET value = '99' WHERE key = 'schema_version'"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Open(ctx, url, nil); !errors.Is(err, relayserver.ErrSchemaTooNew) {
+		t.Fatalf("Open of schema 99 = %v, want ErrSchemaTooNew", err)
+	}
+	if v, _ := getMeta(ctx, s.pool, "schema_version"); v != "99" {
+		t.Fatalf("schema_version after the refusal = %q, want 99 untouched", v)
+	}
+}
+
+func TestOpenRefusesUnsafeSettingsAndHidesPassword(t *testing.T) {
+	url := pgtest.Start(t).NewDatabase(t)
+	sep := "?"
+	if strings.Contains(url, "?") {
+		sep = "&"
+	}
+	_, err := Open(ctx, url+sep+"synchronous_commit=off", nil)
+	if !errors.Is(err, ErrUnsafeSettings) {
+		t.Fatalf("Open with synchronous_commit=off = %v, want ErrUnsafeSettings", err)
+	}
+	_, err = Open(ctx, "postgres://relay:s3cret-pw@127.0.0.1:1/x?connect_timeout=1", nil)
+	if err == nil || strings.Contains(err.Error(), "s3cret-pw") {
+		t.Fatalf("Open of an unreachable server = %v, want an error without the password", err)
+	}
+	if r := Redact("postgres://relay:s3cret-pw@db/x?password=other"); strings.Contains(r, "s3cret") || strings.Contains(r, "other") {
+		t.Fatalf("Redact = %q, still carries a password", r)
+	}
+}
+
+// holdWriter makes the only writer run a unit that blocks until release is closed, and returns
+// once that unit is running.
+func holdWriter(t *testing.T, s *Store, release chan struct{}) chan error {
+	started := make(chan struct{})
+	res := make(chan error, 1)
+	go func() {
+		res <- s.Update(ctx, func(tx relayserver.Tx) error {
+			close(started)
+			<-release
+			_, err := tx.InsertItem(storetest.NewItem(storetest.Key(9), storetest.Key(8), "first", "f", 1))
+			return err
+		})
+	}()
+	<-started
+	return res
+}
+
+// runQueued queues n units behind the held writer, releases it once all are queued, and returns
+// each unit's error.
+func runQueued(t *testing.T, s *Store, release chan struct{}, n int) []error {
+	t.Helper()
+	var wg sync.WaitGroup
+	errs := make([]error, n)
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = s.Update(ctx, func(tx relayserver.Tx) error {
+				_, err := tx.InsertItem(storetest.NewItem(storetest.Key(9), storetest.Key(i), "x", "w", 1))
+				return err
+			})
+		}()
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for len(s.w.reqs) < n {
+		if time.Now().After(deadline) {
+			t.Fatalf("only %d units queued, want %d", len(s.w.reqs), n)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	close(release)
+	wg.Wait()
+	return errs
+}
+
+func TestGroupCommitCarriesConcurrentUnits(t *testing.T) {
+	s, _ := openT(t, &Options{Writers: 1})
+	var sizes []int
+	s.w.beforeCommit = func(n int) error { sizes = append(sizes, n); return nil }
+	release := make(chan struct{})
+	first := holdWriter(t, s, release)
+	const n = 10
+	errs := runQueued(t, s, release, n)
+	if err := <-first; err != nil {
+		t.Fatal(err)
+	}
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("unit %d: %v", i, err)
+		}
+	}
+	if len(sizes) != 1 || sizes[0] != n+1 {
+		t.Fatalf("commit group sizes = %v, want one commit of %d units", sizes, n+1)
+	}
+	if st := s.Stats(); st.Commits != 1 || st.Units != n+1 {
+		t.Fatalf("stats = %+v, want 1 commit of %d units", st, n+1)
+	}
+}
+
+func TestFailedCommitFailsEveryUnitInIt(t *testing.T) {
+	s, _ := openT(t, &Options{Writers: 1})
+	failNext := true
+	s.w.beforeCommit = func(int) error {
+		if failNext {
+			failNext = false
+			return errors.New("disk full")
+		}
+		return nil
+	}
+	release := make(chan struct{})
+	first := holdWriter(t, s, release)
+	errs := runQueued(t, s, release, 5)
+	if err := <-first; !errors.Is(err, relayserver.ErrCommit) {
+		t.Fatalf("first unit = %v, want ErrCommit", err)
+	}
+	for i, err := range errs {
+		if !errors.Is(err, relayserver.ErrCommit) {
+			t.Fatalf("unit %d = %v, want ErrCommit", i, err)
+		}
+	}
+	p, _ := s.Pull(ctx, storetest.Key(9), 0, 100, 1<<20)
+	if len(p.Items) != 0 || p.HeadSeq != 0 {
+		t.Fatalf("after failed commit the queue holds %+v, want nothing", p)
+	}
+	storetest.Insert(t, s, storetest.NewItem(storetest.Key(9), storetest.Key(1), "after", "a", 1))
+}
+
+// TestResolveLooksUpCommitOutcome: the lookup a writer does when COMMIT lost its connection
+// reports committed and rolled-back transactions as they are.
+func TestResolveLooksUpCommitOutcome(t *testing.T) {
+	s, _ := openT(t, nil)
+	for _, commit := range []bool{true, false} {
+		ptx, err := s.pool.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var xid int64
+		if err := ptx.QueryRow(ctx, "SELECT txid_current()").Scan(&xid); err != nil {
+			t.Fatal(err)
+		}
+		if commit {
+			err = ptx.Commit(ctx)
+		} else {
+			err = ptx.Rollback(ctx)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := s.w.resolve(xid)
+		if err != nil || got != commit {
+			t.Fatalf("resolve(committed=%v) = %v, %v", commit, got, err)
+		}
+	}
+}

@@ -1,0 +1,346 @@
+package pgstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/agentmbx/agentmbx/internal/failpoint"
+	"github.com/agentmbx/agentmbx/relayserver"
+)
+
+// Failpoints of the writer (see package failpoint).
+const (
+	// FailBeforeCommit fires after every unit of a group ran, before COMMIT.
+	FailBeforeCommit = "relay.before-commit"
+	// FailAfterCommit fires right after COMMIT returned, before any caller is told.
+	FailAfterCommit = "relay.after-commit"
+)
+
+// notifyChannel is the LISTEN/NOTIFY channel that carries the target keys of committed items.
+const notifyChannel = "agentmbx_items"
+
+// maxRetries bounds how often a unit is re-run after a deadlock or a lock timeout.
+const maxRetries = 8
+
+// groupTimeout bounds one group transaction, so a connection that hangs fails its units instead
+// of holding them forever.
+const groupTimeout = 2 * time.Minute
+
+// writeReq is one caller's unit waiting for a writer.
+type writeReq struct {
+	ctx   context.Context
+	fn    func(relayserver.Tx) error
+	err   error
+	tries int
+	done  chan struct{}
+}
+
+// writer runs Options.Writers goroutines. Each takes the first waiting unit, opens a transaction
+// on a pooled connection, runs that unit and every unit already queued (up to maxGroup) each in a
+// savepoint of its own, and commits once. A unit that loses a deadlock or times out on a lock is
+// rolled back to its savepoint and queued again for a later transaction.
+type writer struct {
+	pool     *pgxpool.Pool
+	maxGroup int
+	reqs     chan *writeReq
+	quit     chan struct{}
+	wg       sync.WaitGroup
+	stopped  chan struct{}
+	stopOnce sync.Once
+
+	// beforeCommit, when set (tests), runs before COMMIT with the group size; an error fails the
+	// commit.
+	beforeCommit func(n int) error
+
+	commits, units, retries atomic.Int64
+}
+
+func newWriter(pool *pgxpool.Pool, o Options) *writer {
+	w := &writer{pool: pool, maxGroup: o.MaxGroup, reqs: make(chan *writeReq, 4096),
+		quit: make(chan struct{}), stopped: make(chan struct{})}
+	for range o.Writers {
+		w.wg.Add(1)
+		go w.run()
+	}
+	go func() { w.wg.Wait(); w.failQueued(); close(w.stopped) }()
+	return w
+}
+
+func (w *writer) submit(ctx context.Context, fn func(relayserver.Tx) error) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	select {
+	case <-w.quit:
+		return relayserver.ErrClosed
+	default:
+	}
+	r := &writeReq{ctx: ctx, fn: fn, done: make(chan struct{})}
+	select {
+	case w.reqs <- r:
+	case <-w.quit:
+		return relayserver.ErrClosed
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	select {
+	case <-r.done:
+		return r.err
+	case <-w.stopped:
+		select {
+		case <-r.done:
+			return r.err
+		default:
+			return relayserver.ErrClosed
+		}
+	case <-ctx.Done():
+		// The unit may still commit; the caller only stops waiting. Its client retries, and
+		// dedup turns the retry into a duplicate.
+		return fmt.Errorf("waiting for commit: %w", ctx.Err())
+	}
+}
+
+func (w *writer) stop() {
+	w.stopOnce.Do(func() { close(w.quit) })
+	<-w.stopped
+}
+
+func (w *writer) run() {
+	defer w.wg.Done()
+	for {
+		var first *writeReq
+		select {
+		case first = <-w.reqs:
+		case <-w.quit:
+			return
+		}
+		w.group(first)
+	}
+}
+
+// failQueued answers every unit still queued at shutdown.
+func (w *writer) failQueued() {
+	for {
+		select {
+		case r := <-w.reqs:
+			r.err = relayserver.ErrClosed
+			close(r.done)
+		default:
+			return
+		}
+	}
+}
+
+// requeue puts a unit that lost a lock back in the queue, or fails it after maxRetries.
+func (w *writer) requeue(r *writeReq) {
+	r.tries++
+	w.retries.Add(1)
+	if r.tries > maxRetries {
+		r.err = fmt.Errorf("gave up after %d lock conflicts: %w", maxRetries, r.err)
+		close(r.done)
+		return
+	}
+	r.err = nil
+	go func() {
+		// A short pause lets the transaction that won the lock commit first.
+		time.Sleep(time.Duration(r.tries) * 5 * time.Millisecond)
+		select {
+		case w.reqs <- r:
+		case <-w.quit:
+			r.err = relayserver.ErrClosed
+			close(r.done)
+		}
+	}()
+}
+
+// group runs one transaction: first, then whatever else is already queued.
+func (w *writer) group(first *writeReq) {
+	ctx, cancel := context.WithTimeout(context.Background(), groupTimeout)
+	defer cancel()
+	batch := []*writeReq{first}
+	conn, err := w.pool.Acquire(ctx)
+	if err != nil {
+		w.finish(batch, fmt.Errorf("connect: %v: %w", err, relayserver.ErrCommit))
+		return
+	}
+	defer conn.Release()
+	pt, err := conn.Begin(ctx)
+	if err != nil {
+		w.finish(batch, fmt.Errorf("begin: %v: %w", err, relayserver.ErrCommit))
+		return
+	}
+	t := &tx{ctx: ctx, q: pt}
+	var retry []*writeReq
+	runOne := func(r *writeReq) {
+		if w.runUnit(t, r) {
+			retry = append(retry, r)
+		} else {
+			batch = append(batch, r)
+		}
+	}
+	batch = batch[:0]
+	runOne(first)
+	for t.broken == nil && len(batch)+len(retry) < w.maxGroup {
+		var r *writeReq
+		select {
+		case r = <-w.reqs:
+		default:
+		}
+		if r == nil {
+			break
+		}
+		runOne(r)
+	}
+	for _, r := range retry {
+		if t.broken != nil {
+			batch = append(batch, r) // fails with the group
+			continue
+		}
+		w.requeue(r)
+	}
+	if t.broken != nil {
+		_ = pt.Rollback(context.Background())
+		w.finish(batch, fmt.Errorf("%v: %w", t.broken, relayserver.ErrCommit))
+		return
+	}
+	if len(batch) == 0 {
+		_ = pt.Rollback(context.Background())
+		return
+	}
+	if err := w.commit(ctx, pt, t, len(batch)); err != nil {
+		w.finish(batch, err)
+		return
+	}
+	w.commits.Add(1)
+	w.units.Add(int64(len(batch)))
+	for _, r := range batch {
+		close(r.done)
+	}
+}
+
+// commit notifies the targets of the group's items (delivered only if the transaction commits)
+// and commits. A commit whose outcome the connection did not report is looked up by the
+// transaction id on another connection, so a committed group is never reported as failed.
+func (w *writer) commit(ctx context.Context, pt pgx.Tx, t *tx, n int) error {
+	if len(t.notify) > 0 {
+		if _, err := pt.Exec(ctx, "SELECT pg_notify($1, k) FROM unnest($2::text[]) AS k",
+			notifyChannel, dedupe(t.notify)); err != nil {
+			_ = pt.Rollback(context.Background())
+			return fmt.Errorf("notify: %v: %w", err, relayserver.ErrCommit)
+		}
+	}
+	err := failpoint.Inject(FailBeforeCommit)
+	if err == nil && w.beforeCommit != nil {
+		err = w.beforeCommit(n)
+	}
+	if err != nil {
+		_ = pt.Rollback(context.Background())
+		return fmt.Errorf("commit: %v: %w", err, relayserver.ErrCommit)
+	}
+	var xid int64
+	if err := pt.QueryRow(ctx, "SELECT txid_current()").Scan(&xid); err != nil {
+		_ = pt.Rollback(context.Background())
+		return fmt.Errorf("commit: %v: %w", err, relayserver.ErrCommit)
+	}
+	if err := pt.Commit(ctx); err != nil {
+		var pgErr *pgconn.PgError
+		if errors.As(err, &pgErr) || errors.Is(err, pgx.ErrTxCommitRollback) {
+			return fmt.Errorf("commit: %v: %w", err, relayserver.ErrCommit) // the server said no
+		}
+		committed, rerr := w.resolve(xid)
+		if rerr != nil {
+			return fmt.Errorf("commit: %v; outcome unknown: %v: %w", err, rerr, ErrCommitUnknown)
+		}
+		if !committed {
+			return fmt.Errorf("commit: %v: %w", err, relayserver.ErrCommit)
+		}
+	}
+	_ = failpoint.Inject(FailAfterCommit)
+	return nil
+}
+
+// ErrCommitUnknown is wrapped (with relayserver.ErrCommit) by the error of a group whose COMMIT
+// lost its connection and whose outcome could not be looked up: the units may or may not be
+// stored. Callers answer as for a failed commit; a client's retry is then a duplicate or a new
+// item, never a second copy.
+var ErrCommitUnknown = fmt.Errorf("commit outcome unknown: %w", relayserver.ErrCommit)
+
+// resolve asks the server, on another connection, whether transaction xid committed. It waits
+// while the transaction is still in progress (its backend may not have noticed the lost client).
+func (w *writer) resolve(xid int64) (bool, error) {
+	deadline := time.Now().Add(time.Minute)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		var status *string
+		err := w.pool.QueryRow(ctx, "SELECT txid_status($1)", xid).Scan(&status)
+		cancel()
+		switch {
+		case err == nil && status != nil && *status == "committed":
+			return true, nil
+		case err == nil && status != nil && *status == "aborted":
+			return false, nil
+		case err == nil && status == nil:
+			return false, fmt.Errorf("transaction %d is too old to look up", xid)
+		}
+		if time.Now().After(deadline) {
+			if err == nil {
+				err = errors.New("still in progress")
+			}
+			return false, err
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// finish fails every unit of a group whose transaction did not commit.
+func (w *writer) finish(batch []*writeReq, err error) {
+	for _, r := range batch {
+		r.err = err
+		close(r.done)
+	}
+}
+
+// runUnit runs one caller's unit in a savepoint and records its own error. It reports whether the
+// unit lost a lock (deadlock, lock timeout) and should run again in a later transaction.
+func (w *writer) runUnit(t *tx, r *writeReq) (retry bool) {
+	if err := r.ctx.Err(); err != nil {
+		r.err = err
+		return false
+	}
+	r.err = t.Unit(r.fn)
+	return r.err != nil && t.broken == nil && lostLock(r.err)
+}
+
+// lostLock reports whether err is a deadlock or a lock timeout: the unit did nothing wrong and
+// succeeds when run again after the other transaction ends.
+func lostLock(err error) bool {
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) {
+		return false
+	}
+	switch pgErr.Code {
+	case "40P01", "55P03", "40001": // deadlock_detected, lock_not_available, serialization_failure
+		return true
+	}
+	return false
+}
+
+func dedupe(keys []string) []string {
+	seen := make(map[string]bool, len(keys))
+	out := keys[:0:0]
+	for _, k := range keys {
+		if !seen[k] {
+			seen[k] = true
+			out = append(out, k)
+		}
+	}
+	return out
+}
