@@ -103,7 +103,7 @@ func RunDaemon(ctx context.Context, dir string, opts DaemonOptions) (err error) 
 		}
 	}
 
-	lanSrv := &http.Server{Handler: h.lanMux, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: time.Minute,
+	lanSrv := &http.Server{Handler: h.LANMux(), ReadHeaderTimeout: 10 * time.Second, ReadTimeout: time.Minute,
 		WriteTimeout: time.Minute, IdleTimeout: 2 * time.Minute, MaxHeaderBytes: 64 << 10}
 	sockSrv := &http.Server{Handler: controlHandler(h), ReadHeaderTimeout: 10 * time.Second}
 	errc := make(chan error, 2)

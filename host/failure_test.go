@@ -52,20 +52,9 @@ func sealedFor(t *testing.T, from *testHost, agent string, to []string, target *
 	return wire
 }
 
+// envelopesBody is {"envelopes":[w0,w1,…]} with each envelope's bytes as they are.
 func envelopesBody(wires ...[]byte) []byte {
-	return joinRaw("envelopes", func() []outbox.Row {
-		var rs []outbox.Row
-		for _, w := range wires {
-			rs = append(rs, outbox.Row{Wire: w})
-		}
-		return rs
-	}(), func() []int {
-		var is []int
-		for i := range wires {
-			is = append(is, i)
-		}
-		return is
-	}())
+	return append(append([]byte(`{"envelopes":[`), bytes.Join(wires, []byte(","))...), "]}"...)
 }
 
 func TestDuplicateDeliveryShowsOnce(t *testing.T) {
@@ -98,9 +87,9 @@ func TestDuplicateDeliveryShowsOnce(t *testing.T) {
 	}
 	// The same bytes once more: a duplicate, nothing new.
 	before := b.counts()
-	status, data := postHop(t, b, a.key, "alpha", PathEnvelopes, envelopesBody(r.Wire), clock.Now())
-	var er EnvelopesResponse
-	if status != 200 || json.Unmarshal(data, &er) != nil || len(er.Results) != 1 || er.Results[0].Status != StatusDuplicate || er.Results[0].ID != res.ID {
+	status, data := postHop(t, b, a.key, "alpha", mbx.PathLANEnvelopes, envelopesBody(r.Wire), clock.Now())
+	var er mbx.EnvelopesResponse
+	if status != 200 || json.Unmarshal(data, &er) != nil || len(er.Results) != 1 || er.Results[0].Status != mbx.StatusDuplicate || er.Results[0].ID != res.ID {
 		t.Fatalf("repeat = %d %s, want 200 duplicate for %s", status, data, res.ID)
 	}
 	if after := b.counts(); !maps.Equal(before, after) {
@@ -267,7 +256,7 @@ func TestBadRequestsStoreNothing(t *testing.T) {
 	}()
 	tampered := bytes.Replace(good, []byte(`"subject":"crafted"`), []byte(`"subject":"tampered"`), 1)
 	fromMallory := sealedFor(t, mallory, "eve", []string{"bob@beta"}, b)
-	big := append(append([]byte(`{"envelopes":["`), bytes.Repeat([]byte("x"), MaxLANBody)...), `"]}`...)
+	big := append(append([]byte(`{"envelopes":["`), bytes.Repeat([]byte("x"), mbx.MaxLANBody)...), `"]}`...)
 
 	type want struct {
 		status int
@@ -282,22 +271,22 @@ func TestBadRequestsStoreNothing(t *testing.T) {
 		at   time.Time
 		want want
 	}{
-		{"unpaired host", mallory.key, "mallory", PathEnvelopes, envelopesBody(fromMallory), now, want{401, ""}},
-		{"paired name, another key", mallory.key, "alpha", PathEnvelopes, body, now, want{401, ""}},
-		{"no hop headers", mbx.SigningKey{}, "", PathEnvelopes, body, now, want{401, ""}},
-		{"stale hop", a.key, "alpha", PathEnvelopes, body, now.Add(-6 * time.Minute), want{401, ""}},
-		{"hop from the future", a.key, "alpha", PathEnvelopes, body, now.Add(6 * time.Minute), want{401, ""}},
-		{"receipts, unpaired", mallory.key, "mallory", PathReceipts, []byte(`{"receipts":[]}`), now, want{401, ""}},
-		{"oversized body", a.key, "alpha", PathEnvelopes, big, now, want{413, ""}},
-		{"body not JSON", a.key, "alpha", PathEnvelopes, []byte("not json"), now, want{400, ""}},
-		{"no envelopes member", a.key, "alpha", PathEnvelopes, []byte(`{"items":[]}`), now, want{400, ""}},
-		{"receipts not a list", a.key, "alpha", PathReceipts, []byte(`{"receipts":7}`), now, want{400, ""}},
-		{"malformed envelope", a.key, "alpha", PathEnvelopes, []byte(`{"envelopes":[{"v":3,"id":"x"}]}`), now, want{200, "rejected:"}},
-		{"envelope not an object", a.key, "alpha", PathEnvelopes, []byte(`{"envelopes":["hello"]}`), now, want{200, "rejected:"}},
-		{"tampered envelope", a.key, "alpha", PathEnvelopes, envelopesBody(tampered), now, want{200, "rejected:bad signature"}},
-		{"envelope of another host", a.key, "alpha", PathEnvelopes, envelopesBody(fromMallory), now, want{200, "rejected:sender host mismatch"}},
-		{"plaintext on v2", a.key, "alpha", PathEnvelopes, envelopesBody(plain), now, want{200, "rejected:envelope is not sealed"}},
-		{"garbage receipt", a.key, "alpha", PathReceipts, []byte(`{"receipts":[{"rec":{},"sig":"x"}]}`), now, want{200, "rejected:"}},
+		{"unpaired host", mallory.key, "mallory", mbx.PathLANEnvelopes, envelopesBody(fromMallory), now, want{401, ""}},
+		{"paired name, another key", mallory.key, "alpha", mbx.PathLANEnvelopes, body, now, want{401, ""}},
+		{"no hop headers", mbx.SigningKey{}, "", mbx.PathLANEnvelopes, body, now, want{401, ""}},
+		{"stale hop", a.key, "alpha", mbx.PathLANEnvelopes, body, now.Add(-6 * time.Minute), want{401, ""}},
+		{"hop from the future", a.key, "alpha", mbx.PathLANEnvelopes, body, now.Add(6 * time.Minute), want{401, ""}},
+		{"receipts, unpaired", mallory.key, "mallory", mbx.PathLANReceipts, []byte(`{"receipts":[]}`), now, want{401, ""}},
+		{"oversized body", a.key, "alpha", mbx.PathLANEnvelopes, big, now, want{413, ""}},
+		{"body not JSON", a.key, "alpha", mbx.PathLANEnvelopes, []byte("not json"), now, want{400, ""}},
+		{"no envelopes member", a.key, "alpha", mbx.PathLANEnvelopes, []byte(`{"items":[]}`), now, want{400, ""}},
+		{"receipts not a list", a.key, "alpha", mbx.PathLANReceipts, []byte(`{"receipts":7}`), now, want{400, ""}},
+		{"malformed envelope", a.key, "alpha", mbx.PathLANEnvelopes, []byte(`{"envelopes":[{"v":3,"id":"x"}]}`), now, want{200, "rejected:"}},
+		{"envelope not an object", a.key, "alpha", mbx.PathLANEnvelopes, []byte(`{"envelopes":["hello"]}`), now, want{200, "rejected:"}},
+		{"tampered envelope", a.key, "alpha", mbx.PathLANEnvelopes, envelopesBody(tampered), now, want{200, "rejected:bad signature"}},
+		{"envelope of another host", a.key, "alpha", mbx.PathLANEnvelopes, envelopesBody(fromMallory), now, want{200, "rejected:sender host mismatch"}},
+		{"plaintext on v2", a.key, "alpha", mbx.PathLANEnvelopes, envelopesBody(plain), now, want{200, "rejected:envelope is not sealed"}},
+		{"garbage receipt", a.key, "alpha", mbx.PathLANReceipts, []byte(`{"receipts":[{"rec":{},"sig":"x"}]}`), now, want{200, "rejected:"}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -325,7 +314,7 @@ func TestBadRequestsStoreNothing(t *testing.T) {
 		})
 	}
 	// The good envelope still goes through afterwards, once.
-	status, data := postHop(t, b, a.key, "alpha", PathEnvelopes, body, now)
+	status, data := postHop(t, b, a.key, "alpha", mbx.PathLANEnvelopes, body, now)
 	if status != 200 || !strings.Contains(string(data), `"accepted"`) {
 		t.Fatalf("good envelope: %d %s", status, data)
 	}
@@ -333,7 +322,7 @@ func TestBadRequestsStoreNothing(t *testing.T) {
 		t.Fatalf("bob has %d messages, want 1", len(got))
 	}
 	// plaintext is accepted on the v1 path (0.5.x senders)
-	status, data = postHop(t, b, a.key, "alpha", PathEnvelopesV1, envelopesBody(plain), now)
+	status, data = postHop(t, b, a.key, "alpha", mbx.PathLANEnvelopesV1, envelopesBody(plain), now)
 	if status != 200 || !strings.Contains(string(data), `"accepted"`) {
 		t.Fatalf("plaintext on v1: %d %s", status, data)
 	}

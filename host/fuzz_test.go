@@ -26,7 +26,7 @@ func FuzzReceiveEnvelope(f *testing.F) {
 		if err != nil {
 			t.Fatalf("store error: %v", err)
 		}
-		if st != StatusAccepted && st != StatusDuplicate && !strings.HasPrefix(st, "rejected:") {
+		if st != mbx.StatusAccepted && st != mbx.StatusDuplicate && !strings.HasPrefix(st, "rejected:") {
 			t.Fatalf("status %q", st)
 		}
 	})

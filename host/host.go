@@ -14,6 +14,7 @@ import (
 	"go.etcd.io/bbolt"
 
 	"github.com/agentmbx/agentmbx/inbox"
+	"github.com/agentmbx/agentmbx/lan"
 	"github.com/agentmbx/agentmbx/mbx"
 	"github.com/agentmbx/agentmbx/outbox"
 	"github.com/agentmbx/agentmbx/pairing"
@@ -58,8 +59,8 @@ type Host struct {
 	log    *slog.Logger
 	client *http.Client
 
-	lanMux     *http.ServeMux
-	transports map[outbox.Transport]Transport
+	lanSrv  *lan.Server                        // the LAN server (lan.go)
+	senders map[outbox.Transport]outbox.Sender // the LAN transport (the relay's is made per pass)
 
 	mail notifier         // wakes Wait when local mail arrives
 	kick chan struct{}    // wakes the outbox loop (buffered, 1)
@@ -163,8 +164,7 @@ func Open(dir string, opts *Options) (*Host, error) {
 		return nil, fmt.Errorf("host: open %s: %w", dir, err)
 	}
 	h.rl.init()
-	h.transports = map[outbox.Transport]Transport{outbox.TransportLAN: &lanTransport{h: h}}
-	h.lanMux = h.newLANMux()
+	h.newLAN()
 	h.pair = h.newPairing()
 	return h, nil
 }

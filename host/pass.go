@@ -110,10 +110,10 @@ func (h *Host) dispatch(ctx context.Context, wg *sync.WaitGroup) (int, error) {
 			}
 			const why = "host is not paired (removed from peers)"
 			if len(lan) > 0 {
-				h.record(ctx, host, lan, failedAll(len(lan), why), outbox.TransportLAN)
+				h.record(ctx, host, lan, outbox.FailedAll(len(lan), errors.New(why), false), outbox.TransportLAN)
 			}
 			if len(relay) > 0 {
-				h.record(ctx, host, relay, failedAll(len(relay), why), outbox.TransportRelay)
+				h.record(ctx, host, relay, outbox.FailedAll(len(relay), errors.New(why), false), outbox.TransportRelay)
 			}
 			continue
 		}
@@ -165,7 +165,7 @@ func (h *Host) sendHost(ctx context.Context, peer PeerRecord, rows []outbox.Row)
 		}
 	}
 	var failed atomic.Bool
-	if len(stuck) > 0 && !h.record(ctx, peer.Host, stuck, failedAll(len(stuck), "re-push to the relay: "+why), outbox.TransportRelay) {
+	if len(stuck) > 0 && !h.record(ctx, peer.Host, stuck, outbox.FailedAll(len(stuck), errors.New("re-push to the relay: "+why), false), outbox.TransportRelay) {
 		failed.Store(true)
 	}
 	// The two transports go at the same time: a LAN address that swallows packets does not hold
@@ -173,8 +173,8 @@ func (h *Host) sendHost(ctx context.Context, peer PeerRecord, rows []outbox.Row)
 	var wg sync.WaitGroup
 	for _, part := range []struct {
 		rows []outbox.Row
-		tr   Transport
-	}{{lan, h.transports[outbox.TransportLAN]}, {relay, &relayTransport{h: h, l: link}}} {
+		tr   outbox.Sender
+	}{{lan, h.senders[outbox.TransportLAN]}, {relay, &relayTransport{h: h, l: link}}} {
 		if len(part.rows) == 0 {
 			continue
 		}
@@ -182,7 +182,7 @@ func (h *Host) sendHost(ctx context.Context, peer PeerRecord, rows []outbox.Row)
 		go func() {
 			defer wg.Done()
 			sctx, cancel := context.WithTimeout(ctx, lanAttemptTimeout)
-			out := part.tr.Send(sctx, peer, part.rows)
+			out := part.tr.Send(sctx, outboxPeer(peer), part.rows)
 			cancel()
 			if ctx.Err() != nil {
 				failed.Store(true)
@@ -202,7 +202,7 @@ func (h *Host) sendHost(ctx context.Context, peer PeerRecord, rows []outbox.Row)
 
 // record stores the outcomes of one host's attempt in one transaction, and reports whether it
 // committed.
-func (h *Host) record(ctx context.Context, host string, rows []outbox.Row, out []Outcome, tr outbox.Transport) bool {
+func (h *Host) record(ctx context.Context, host string, rows []outbox.Row, out []outbox.Outcome, tr outbox.Transport) bool {
 	alerts := 0
 	err := h.db.Update(func(tx *bbolt.Tx) error {
 		alerts = 0
@@ -212,17 +212,17 @@ func (h *Host) record(ctx context.Context, host string, rows []outbox.Row, out [
 			var err error
 			var row outbox.Row
 			switch o.Kind {
-			case OutcomeDelivered:
+			case outbox.OutcomeDelivered:
 				row, err = ob.MarkDelivered(r.Key())
-			case OutcomeRejected:
-				row, err = ob.MarkRejected(r.Key(), tr, o.Err, o.Retryable)
+			case outbox.OutcomeRejected:
+				row, err = ob.MarkRejected(r.Key(), tr, o.Reason(), o.Retryable)
 				if err == nil && !o.Retryable {
 					var ok bool
 					if ok, err = h.alertTx(tx, row); ok {
 						alerts++
 					}
 				}
-			case OutcomeRelayAccepted:
+			case outbox.OutcomeRelayAccepted:
 				// The statement is checked again against the row as it is now, in the
 				// transaction that records it (the row may have been rebound meanwhile).
 				var cur outbox.Row
@@ -236,19 +236,19 @@ func (h *Host) record(ctx context.Context, host string, rows []outbox.Row, out [
 				}
 				row, err = ob.MarkRelayAccepted(r.Key(), *o.Acceptance)
 			default:
-				msg := o.Err
-				if msg == "" {
-					msg = "attempt failed"
+				ferr := o.Err
+				if ferr == nil {
+					ferr = errors.New("attempt failed")
 				}
-				row, err = ob.MarkAttemptFailed(r.Key(), tr, errors.New(msg))
+				row, err = ob.MarkAttemptFailed(r.Key(), tr, ferr)
 			}
-			if errors.Is(err, outbox.ErrInvalid) && o.Kind != OutcomeFailed {
+			if errors.Is(err, outbox.ErrInvalid) && o.Kind != outbox.OutcomeFailed {
 				// The outcome carries something the outbox does not store (a relay's statement
 				// with an unusable field): the attempt failed. Nothing was written for it, and
 				// the other rows' outcomes are still recorded.
 				h.log.Warn("outbox outcome not storable: recorded as a failed attempt", "row", r.Key().String(), "err", err)
 				row, err = ob.MarkAttemptFailed(r.Key(), tr, fmt.Errorf("%s outcome not storable: %w", o.Kind, err))
-				o.Kind = OutcomeFailed
+				o.Kind = outbox.OutcomeFailed
 			}
 			if errors.Is(err, outbox.ErrTransition) || errors.Is(err, outbox.ErrNotFound) {
 				// Settled by a receipt (or swept) while the attempt ran: nothing to record.
@@ -259,13 +259,13 @@ func (h *Host) record(ctx context.Context, host string, rows []outbox.Row, out [
 				return err
 			}
 			switch o.Kind {
-			case OutcomeDelivered:
+			case outbox.OutcomeDelivered:
 				h.log.Debug("outbox row delivered", "row", row.Key().String(), "kind", row.Kind.String())
-			case OutcomeRejected:
+			case outbox.OutcomeRejected:
 				h.log.Warn("outbox row rejected", "row", row.Key().String(), "transport", tr.String(), "reason", o.Err, "retry", o.Retryable)
-			case OutcomeRelayAccepted:
+			case outbox.OutcomeRelayAccepted:
 				h.log.Debug("outbox row accepted by the relay", "row", row.Key().String(), "seq", row.Seq, "epoch", row.Epoch)
-			case OutcomeFailed:
+			case outbox.OutcomeFailed:
 				h.log.Debug("outbox attempt failed", "row", row.Key().String(), "attempts", row.Attempts, "next_at", row.NextAt, "err", o.Err)
 			}
 		}

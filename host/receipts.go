@@ -179,16 +179,10 @@ func (h *Host) AcceptReceiptTx(tx *bbolt.Tx, item []byte, hop string) (itemID st
 // unconfirmed alerts: a host that never sent one may be older than 0.5.3).
 func heardKey(host string) []byte { return []byte("heard:" + host) }
 
-// ReceiptResult is one entry of the answer to POST /v1/receipts.
-type ReceiptResult struct {
-	Item   string        `json:"item"`
-	Status ReceiptStatus `json:"status"`
-}
-
 // AcceptReceipts applies a batch of signed receipts from hop ("" for the relay) in one
 // transaction and returns one result per receipt, in order.
-func (h *Host) AcceptReceipts(items []json.RawMessage, hop string) ([]ReceiptResult, error) {
-	out := make([]ReceiptResult, len(items))
+func (h *Host) AcceptReceipts(items []json.RawMessage, hop string) ([]mbx.ReceiptResult, error) {
+	out := make([]mbx.ReceiptResult, len(items))
 	err := h.db.Update(func(tx *bbolt.Tx) error {
 		if hop != "" {
 			// A verified hop from the host: it is up, so its rows are due now.
@@ -201,7 +195,7 @@ func (h *Host) AcceptReceipts(items []json.RawMessage, hop string) ([]ReceiptRes
 			if err != nil {
 				return err
 			}
-			out[i] = ReceiptResult{Item: id, Status: st}
+			out[i] = mbx.ReceiptResult{Item: id, Status: string(st)}
 		}
 		return nil
 	})

@@ -17,14 +17,6 @@ import (
 // delivery after any retry or relay restore is recognized.
 const SeenRetention = 60 * 24 * time.Hour
 
-// Status strings of a received item (the LAN answer per envelope, and the relay inbox's verdict).
-const (
-	StatusAccepted  = "accepted"
-	StatusDuplicate = "duplicate"
-	// rejected:<reason>
-	statusRejected = "rejected:"
-)
-
 // Rejection reasons for received envelopes (after "rejected:"). The texts are the original's
 // where it had one.
 const (
@@ -47,7 +39,7 @@ type Incoming struct {
 // RejectedError is a refusal of a received item; Reason is what follows "rejected:".
 type RejectedError struct{ Reason string }
 
-func (e *RejectedError) Error() string { return statusRejected + e.Reason }
+func (e *RejectedError) Error() string { return mbx.StatusRejectedPrefix + e.Reason }
 
 // Rejected reports whether err is a refusal and returns the status string for it.
 func Rejected(err error) (string, bool) {
@@ -115,7 +107,7 @@ type seenRecord struct {
 // CommitEnvelopeTx stores a prepared envelope inside tx: the dedup check by message id (a repeat
 // from the same host is a duplicate and changes nothing), the local expansion of its addresses,
 // the mailbox copies (delivered, each with its delivered receipt queued for the sender) and the
-// dedup mark, all in tx. It returns StatusAccepted or StatusDuplicate, or a *RejectedError
+// dedup mark, all in tx. It returns mbx.StatusAccepted or mbx.StatusDuplicate, or a *RejectedError
 // (nothing written) when another message already has the id. Any other error is the store's.
 func (h *Host) CommitEnvelopeTx(tx *bbolt.Tx, in *Incoming) (string, error) {
 	id := in.msg.ID
@@ -126,7 +118,7 @@ func (h *Host) CommitEnvelopeTx(tx *bbolt.Tx, in *Incoming) (string, error) {
 	}
 	if found {
 		if seen.Host == in.Peer.Host {
-			return StatusDuplicate, nil
+			return mbx.StatusDuplicate, nil
 		}
 		return "", reject(ReasonIDConflict)
 	}
@@ -135,7 +127,7 @@ func (h *Host) CommitEnvelopeTx(tx *bbolt.Tx, in *Incoming) (string, error) {
 		return "", err
 	} else if found {
 		if prior.Origin == in.Peer.Host {
-			return StatusDuplicate, nil // its dedup mark was pruned, the message is still here
+			return mbx.StatusDuplicate, nil // its dedup mark was pruned, the message is still here
 		}
 		return "", reject(ReasonIDConflict)
 	}
@@ -156,7 +148,7 @@ func (h *Host) CommitEnvelopeTx(tx *bbolt.Tx, in *Incoming) (string, error) {
 		return "", err
 	}
 	h.log.Debug("envelope received", "msg", id, "peer", in.Peer.Host, "local", len(agents))
-	return StatusAccepted, nil
+	return mbx.StatusAccepted, nil
 }
 
 // expandIncomingTx finds this host's recipients among the addresses of a received envelope:
@@ -228,7 +220,7 @@ func (h *Host) ReceiveEnvelope(ctx context.Context, fromHost string, wire []byte
 	}
 	peer, err := h.Peer(fromHost)
 	if errors.Is(err, ErrUnpaired) {
-		return statusRejected + ReasonUnpaired, nil
+		return mbx.StatusRejectedPrefix + ReasonUnpaired, nil
 	} else if err != nil {
 		return "", err
 	}
@@ -275,7 +267,7 @@ func (h *Host) receiveBatch(peer PeerRecord, wires [][]byte, sealed bool) ([]str
 				return err
 			}
 			sts[i] = st
-			if st == StatusAccepted {
+			if st == mbx.StatusAccepted {
 				accepted++
 			}
 		}

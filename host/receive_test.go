@@ -22,7 +22,7 @@ func TestRetiredKeys(t *testing.T) {
 	newEnc, _ := mbx.GenerateEncKey(seededRand(42))
 	b.enc, b.retired = newEnc, []mbx.EncKey{oldEnc}
 	w1 := sealedFor(t, a, "alice", []string{"bob@beta"}, &testHost{Host: &Host{enc: oldEnc}})
-	if st, err := b.ReceiveEnvelope(context.Background(), "alpha", w1, true); err != nil || st != StatusAccepted {
+	if st, err := b.ReceiveEnvelope(context.Background(), "alpha", w1, true); err != nil || st != mbx.StatusAccepted {
 		t.Fatalf("envelope sealed to a retired enc key: %q, %v", st, err)
 	}
 
@@ -36,13 +36,13 @@ func TestRetiredKeys(t *testing.T) {
 		t.Fatal(err)
 	}
 	w2 := sealedFor(t, a, "alice", []string{"bob@beta"}, b) // signed by oldKey
-	status, data := postHop(t, b, newKey, "alpha", PathEnvelopes, envelopesBody(w2), clock.Now())
+	status, data := postHop(t, b, newKey, "alpha", mbx.PathLANEnvelopes, envelopesBody(w2), clock.Now())
 	if status != 200 || !strings.Contains(string(data), `"accepted"`) {
 		t.Fatalf("envelope signed by a retired key: %d %s", status, data)
 	}
 	// A hop signed by the retired key is refused: hops use the current key only.
 	w3 := sealedFor(t, a, "alice", []string{"bob@beta"}, b)
-	if status, _ := postHop(t, b, oldKey, "alpha", PathEnvelopes, envelopesBody(w3), clock.Now()); status != 401 {
+	if status, _ := postHop(t, b, oldKey, "alpha", mbx.PathLANEnvelopes, envelopesBody(w3), clock.Now()); status != 401 {
 		t.Fatalf("hop signed by a retired key: %d, want 401", status)
 	}
 	if got := b.inbox("bob", true); len(got) != 2 {
@@ -81,12 +81,12 @@ func TestDedupOutlivesSeenRetention(t *testing.T) {
 	pairAll(t, a, b)
 	ctx := context.Background()
 	w := sealedFor(t, a, "alice", []string{"bob@beta"}, b)
-	if st, _ := b.ReceiveEnvelope(ctx, "alpha", w, true); st != StatusAccepted {
+	if st, _ := b.ReceiveEnvelope(ctx, "alpha", w, true); st != mbx.StatusAccepted {
 		t.Fatalf("first = %q", st)
 	}
 	clock.Advance(SeenRetention - time.Hour)
 	b.sweep(ctx)
-	if st, _ := b.ReceiveEnvelope(ctx, "alpha", w, true); st != StatusDuplicate {
+	if st, _ := b.ReceiveEnvelope(ctx, "alpha", w, true); st != mbx.StatusDuplicate {
 		t.Fatalf("repeat inside the retention = %q, want duplicate", st)
 	}
 	if n := b.counts()["seen"]; n != 1 {
@@ -98,7 +98,7 @@ func TestDedupOutlivesSeenRetention(t *testing.T) {
 		t.Fatalf("seen has %d ids after the retention, want 0 (pruned)", n)
 	}
 	// The message itself is still in the mailbox, so a repeat is still a duplicate.
-	if st, _ := b.ReceiveEnvelope(ctx, "alpha", w, true); st != StatusDuplicate {
+	if st, _ := b.ReceiveEnvelope(ctx, "alpha", w, true); st != mbx.StatusDuplicate {
 		t.Fatalf("repeat after pruning = %q, want duplicate", st)
 	}
 	if got := b.inbox("bob", true); len(got) != 1 {

@@ -81,7 +81,7 @@ func (rh relayHandler) HandleEnvelope(tx *bbolt.Tx, it inbox.Item) (inbox.Verdic
 	in, err := h.PrepareEnvelope(peer, it.Wire, true)
 	if err != nil {
 		st, _ := Rejected(err)
-		reason := strings.TrimPrefix(st, statusRejected)
+		reason := strings.TrimPrefix(st, mbx.StatusRejectedPrefix)
 		return inbox.Rejected(causeOf(reason), reason), nil
 	}
 	if in.Env.ID != it.ItemID {
@@ -90,12 +90,12 @@ func (rh relayHandler) HandleEnvelope(tx *bbolt.Tx, it inbox.Item) (inbox.Verdic
 	st, err := h.CommitEnvelopeTx(tx, in)
 	if err != nil {
 		if s, ok := Rejected(err); ok {
-			reason := strings.TrimPrefix(s, statusRejected)
+			reason := strings.TrimPrefix(s, mbx.StatusRejectedPrefix)
 			return inbox.Rejected(causeOf(reason), reason), nil
 		}
 		return inbox.Verdict{}, err
 	}
-	if st == StatusDuplicate {
+	if st == mbx.StatusDuplicate {
 		n, err := h.resendReceiptsTx(tx, in.Env.ID, peer.Host)
 		if err != nil {
 			return inbox.Verdict{}, err

@@ -99,10 +99,10 @@ func (h *Host) lanDownSince(host string, now time.Time) bool {
 
 // noteLAN records what a LAN attempt showed of the peer's reachability: any answer (even an
 // error status) clears the mark, no answer at all sets it.
-func (h *Host) noteLAN(host string, out []Outcome) {
+func (h *Host) noteLAN(host string, out []outbox.Outcome) {
 	answered := false
 	for _, o := range out {
-		if !o.unreachable {
+		if !o.Unreachable {
 			answered = true
 		}
 	}
@@ -122,7 +122,7 @@ func (h *Host) lanUp(host string) {
 	h.rl.mu.Unlock()
 }
 
-// relayTransport pushes rows to the pinned relay.
+// relayTransport pushes rows to the pinned relay; it is an outbox.Sender.
 type relayTransport struct {
 	h *Host
 	l *relayLink
@@ -132,14 +132,14 @@ func (t *relayTransport) Kind() outbox.Transport { return outbox.TransportRelay 
 
 // Send pushes rows (all for peer, addressed by each row's pinned host key) in batches that fit
 // the relay's max_batch and body cap, and returns one outcome per row.
-func (t *relayTransport) Send(ctx context.Context, _ PeerRecord, rows []outbox.Row) []Outcome {
+func (t *relayTransport) Send(ctx context.Context, _ outbox.Peer, rows []outbox.Row) []outbox.Outcome {
 	h := t.h
 	lim := mbx.DefaultLimits()
 	if s, err := h.loadRelay(); err == nil && s != nil {
 		lim = s.limits()
 	}
 	maxBatch := max(1, min(lim.MaxBatch, mbx.DefaultMaxBatch))
-	out := make([]Outcome, len(rows))
+	out := make([]outbox.Outcome, len(rows))
 	for start := 0; start < len(rows); {
 		n, size := 0, 0
 		for start+n < len(rows) && n < maxBatch && (n == 0 || size+len(rows[start+n].Wire) <= relayPushBytes) {
@@ -153,7 +153,7 @@ func (t *relayTransport) Send(ctx context.Context, _ PeerRecord, rows []outbox.R
 }
 
 // push sends one batch.
-func (t *relayTransport) push(ctx context.Context, rows []outbox.Row, lim mbx.Limits) []Outcome {
+func (t *relayTransport) push(ctx context.Context, rows []outbox.Row, lim mbx.Limits) []outbox.Outcome {
 	h, l := t.h, t.l
 	items := make([]relayclient.PushItem, len(rows))
 	for i, r := range rows {
@@ -167,31 +167,31 @@ func (t *relayTransport) push(ctx context.Context, rows []outbox.Row, lim mbx.Li
 	res, err := l.c.Push(ctx, items)
 	if err != nil {
 		h.relayFailed(l, opPush, err)
-		return failedAll(len(rows), "relay push: "+err.Error())
+		return outbox.FailedAll(len(rows), fmt.Errorf("relay push: %w", err), false)
 	}
 	h.relayProblem(l, opPush, nil)
 	// Crash drill: the relay committed the push, the host has not recorded its answer.
 	_ = failpoint.Inject(FailRelayAfterPushBeforeRecord)
-	out := make([]Outcome, len(rows))
+	out := make([]outbox.Outcome, len(rows))
 	epochs := map[string]bool{}
 	for i, r := range rows {
 		tr := res[i].Targets[0]
 		switch {
 		case tr.Accepted():
 			epochs[tr.Epoch] = true
-			out[i] = Outcome{Kind: OutcomeRelayAccepted, relayKey: l.pin.RelayKey, Acceptance: &outbox.Acceptance{
+			out[i] = outbox.Outcome{Kind: outbox.OutcomeRelayAccepted, RelayKey: l.pin.RelayKey, Acceptance: &outbox.Acceptance{
 				Relay: l.pin.URL, Epoch: tr.Epoch, Seq: tr.Seq, Statement: tr.Statement, Sig: tr.Sig,
 				AcceptedAt: tr.At, Retention: lim.Retention(),
 			}}
 		case tr.Verdict == relayclient.VerdictRejected:
-			out[i] = Outcome{Kind: OutcomeRejected, Err: "relay: " + mbx.StatusRejectedPrefix + tr.Code,
+			out[i] = outbox.Outcome{Kind: outbox.OutcomeRejected, Err: errors.New("relay: " + mbx.StatusRejectedPrefix + tr.Code),
 				Retryable: retryableRejection(tr.Code)}
 		default:
 			why := "no result"
 			if tr.Err != nil {
 				why = tr.Err.Error()
 			}
-			out[i] = Outcome{Kind: OutcomeFailed, Err: fmt.Sprintf("relay answered %s for %s without a valid accept statement: %s",
+			out[i] = outbox.Outcome{Kind: outbox.OutcomeFailed, Err: fmt.Errorf("relay answered %s for %s without a valid accept statement: %s",
 				tr.Verdict, r.ItemID, why)}
 			h.log.Warn("relay push not accepted", "row", r.Key().String(), "verdict", tr.Verdict.String(), "err", why)
 		}
@@ -205,13 +205,13 @@ func (t *relayTransport) push(ctx context.Context, rows []outbox.Row, lim mbx.Li
 // verifyAcceptance checks, inside the transaction that records it, that the accept statement of
 // o is valid for the row as stored now: signed by the pinned relay key, for this host, the row's
 // item id, its current target key and the hash of its stored wire bytes.
-func (h *Host) verifyAcceptance(cur outbox.Row, o Outcome) error {
+func (h *Host) verifyAcceptance(cur outbox.Row, o outbox.Outcome) error {
 	a := o.Acceptance
-	if a == nil || o.relayKey == "" {
+	if a == nil || o.RelayKey == "" {
 		return errors.New("relay-accepted outcome without an acceptance")
 	}
 	res := mbx.PushResult{ItemID: cur.ItemID, Status: mbx.StatusAccepted, Accept: a.Statement, Sig: a.Sig}
-	acc, seq, err := mbx.ValidAccept(res, o.relayKey, h.key.PublicKey(), cur.ItemID, cur.HostKey, mbx.WireHash(cur.Wire))
+	acc, seq, err := mbx.ValidAccept(res, o.RelayKey, h.key.PublicKey(), cur.ItemID, cur.HostKey, mbx.WireHash(cur.Wire))
 	if err != nil {
 		return err
 	}

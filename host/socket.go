@@ -23,7 +23,7 @@ func controlHandler(h *Host) http.Handler {
 func (h *Host) Pairing() api.PairingService { return h.pair }
 
 func (h *Host) newPairing() *pairing.Service {
-	return pairing.New(pairing.Config{Identity: h, Pins: pairPins{h}, Mux: h.lanMux, HTTPClient: h.client,
+	return pairing.New(pairing.Config{Identity: h, Pins: pairPins{h}, Mux: h.LANMux(), HTTPClient: h.client,
 		Clock: h.clock, Rand: h.rand, Logger: h.log, AdvertiseAddr: h.pairAdvertiseAddr})
 }
 

@@ -15,10 +15,6 @@ import (
 	"github.com/agentmbx/agentmbx/outbox"
 )
 
-// Version is the agentmbx version this host reports on GET /v2/status. The command line sets it
-// from its own version at start.
-var Version = "0.1.0-dev"
-
 func isoOrEmpty(t time.Time) string {
 	if t.IsZero() {
 		return ""

@@ -1,0 +1,16 @@
+// Package lan is the host-to-host LAN link: the LAN server (NewServer) that takes envelopes and
+// delivery receipts from pinned peers, and the LAN transport (NewTransport) that sends outbox rows
+// to them. The wire (routes, bodies, limits) is mbx's: see mbx.PathLANEnvelopes.
+//
+// Every request but the two GETs carries a signed LAN hop (mbx.SignLANHop). The server checks,
+// before it reads a body, that the named host is a pinned peer (else 401), reads at most
+// mbx.MaxLANBody (else 413), and verifies the hop against the peer's pinned key within the hop
+// window (else 401). What passes is handed to the Host, which stores it and answers one status
+// per item; the server stores nothing itself.
+//
+// The transport sends a peer's envelopes in batches that fit the receiver's caps, and its
+// receipts in batches of mbx.ReceiptBatchMax, and turns the answers into outbox.Outcomes: a
+// batch refused as too large or malformed is split to find the one item the peer cannot take; an
+// attempt that got no answer at all is marked Unreachable. It records nothing: the outbox loop
+// does.
+package lan
