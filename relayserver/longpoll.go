@@ -134,6 +134,18 @@ func (t *waiters) wake(key string) {
 	delete(t.byKey, key)
 }
 
+// wakeAll wakes every parked pull to read again (a shared store may have missed a notification).
+func (t *waiters) wakeAll() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for k, ws := range t.byKey {
+		for _, w := range ws {
+			t.wakeLocked(w, wakeItem)
+		}
+		delete(t.byKey, k)
+	}
+}
+
 // close wakes every parked pull and refuses to park any more.
 func (t *waiters) close() {
 	t.mu.Lock()

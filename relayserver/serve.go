@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"time"
 
@@ -19,17 +20,25 @@ import (
 const (
 	EnvRelayDir        = "MBX_RELAY_DIR"
 	EnvRelayTrustProxy = "MBX_RELAY_TRUST_PROXY"
+	// EnvRelayDB holds the URL of a shared database (--db), which may carry a password: the
+	// environment keeps it out of the process list.
+	EnvRelayDB = "MBX_RELAY_DB"
 )
 
 // ServeConfig is what `agentmbx relay serve` runs.
 type ServeConfig struct {
 	// StoreDir holds the store and relay.key.
 	StoreDir string
+	// DB, when set, is the URL of a database that several relay processes share (--db); Open
+	// receives it instead of StoreDir, and the relay key must come from MBX_RELAY_KEY, so that
+	// every replica serves the same key. Logs show it without its password (DBLabel).
+	DB string
 	// Listen is the address to listen on (default ":7374"); "127.0.0.1:0" picks a free port.
 	Listen string
 	// AddrFile, when set, receives the bound host:port (written atomically) once listening.
 	AddrFile string
-	// Open opens the store in a directory (sqlitestore.Open in production).
+	// Open opens the store in a directory, or at DB (sqlitestore.Open or pgstore.Open in
+	// production).
 	Open func(ctx context.Context, dir string) (Store, error)
 	// Options of the Server; Key is filled from LoadKey.
 	Options Options
@@ -51,7 +60,10 @@ type ServeConfig struct {
 // another key is refused before anything is written to it), and rotates the epoch when the
 // stored heartbeat is older than mbx.RelayHeartbeatStale (a restore or a long outage, spec §5).
 func Serve(ctx context.Context, cfg ServeConfig) (err error) {
-	if cfg.StoreDir == "" {
+	where := cfg.StoreDir
+	if cfg.DB != "" {
+		where = DBLabel(cfg.DB)
+	} else if cfg.StoreDir == "" {
 		return fmt.Errorf("relayserver: serve: no store directory (--store-dir or %s)", EnvRelayDir)
 	}
 	if cfg.Listen == "" {
@@ -77,12 +89,20 @@ func Serve(ctx context.Context, cfg ServeConfig) (err error) {
 	if opt.Rand == nil {
 		opt.Rand = rand.Reader
 	}
+	if cfg.DB != "" && cfg.Getenv(EnvRelayKey) == "" {
+		return fmt.Errorf("relayserver: serve: a shared database needs the relay key in %s (every replica serves the same key): %w",
+			EnvRelayKey, ErrBadKey)
+	}
 	key, src, err := LoadKey(cfg.StoreDir, cfg.Getenv, opt.Rand)
 	if err != nil {
 		return err
 	}
 	opt.Key = key
-	store, err := cfg.Open(ctx, cfg.StoreDir)
+	loc := cfg.StoreDir
+	if cfg.DB != "" {
+		loc = cfg.DB
+	}
+	store, err := cfg.Open(ctx, loc)
 	if err != nil {
 		return fmt.Errorf("relayserver: serve: %w", err)
 	}
@@ -96,20 +116,7 @@ func Serve(ctx context.Context, cfg ServeConfig) (err error) {
 	if err := store.BindRelayKey(ctx, key.PublicKey()); err != nil {
 		return fmt.Errorf("relayserver: serve: %w", err)
 	}
-	meta, err := store.Meta(ctx)
-	if err != nil {
-		return fmt.Errorf("relayserver: serve: %w", err)
-	}
-	now := opt.Clock()
-	if !meta.Heartbeat.IsZero() && now.Sub(meta.Heartbeat) > mbx.RelayHeartbeatStale {
-		epoch, err := store.RotateEpoch(ctx)
-		if err != nil {
-			return fmt.Errorf("relayserver: serve: %w", err)
-		}
-		log.Warn("store heartbeat is stale (restore or long outage): epoch rotated",
-			"heartbeat", meta.Heartbeat, "epoch", epoch)
-	}
-	if err := store.Heartbeat(ctx, now); err != nil {
+	if err := checkEpoch(ctx, store, opt.Clock(), log); err != nil {
 		return fmt.Errorf("relayserver: serve: %w", err)
 	}
 	srv, err := New(ctx, store, opt)
@@ -126,7 +133,7 @@ func Serve(ctx context.Context, cfg ServeConfig) (err error) {
 	errc := make(chan error, 1)
 	go func() { errc <- hs.Serve(ln) }()
 	addr := ln.Addr().String()
-	log.Info("relay serving", "addr", addr, "store", cfg.StoreDir, "key", key, "key_source", src,
+	log.Info("relay serving", "addr", addr, "store", where, "key", key, "key_source", src,
 		"epoch", srv.Epoch(), "trust_proxy", opt.TrustProxy)
 	if cfg.Ready != nil {
 		cfg.Ready(addr)
@@ -166,4 +173,49 @@ func Serve(ctx context.Context, cfg ServeConfig) (err error) {
 			return nil
 		}
 	}
+}
+
+// staleEpochRotator is a shared store's atomic form of the start-up epoch check (pgstore): it
+// writes the heartbeat and rotates the epoch when the stored heartbeat was stale, in one
+// transaction, so replicas starting together rotate once.
+type staleEpochRotator interface {
+	RotateEpochIfStale(ctx context.Context, now time.Time, stale time.Duration) (epoch string, rotated bool, err error)
+}
+
+// checkEpoch rotates the epoch when the stored heartbeat is older than mbx.RelayHeartbeatStale
+// (a restore or a long outage, spec §5) and records now as the heartbeat.
+func checkEpoch(ctx context.Context, store Store, now time.Time, log *slog.Logger) error {
+	if r, ok := store.(staleEpochRotator); ok {
+		epoch, rotated, err := r.RotateEpochIfStale(ctx, now, mbx.RelayHeartbeatStale)
+		if err == nil && rotated {
+			log.Warn("store heartbeat is stale (restore or long outage): epoch rotated", "epoch", epoch)
+		}
+		return err
+	}
+	meta, err := store.Meta(ctx)
+	if err != nil {
+		return err
+	}
+	if !meta.Heartbeat.IsZero() && now.Sub(meta.Heartbeat) > mbx.RelayHeartbeatStale {
+		epoch, err := store.RotateEpoch(ctx)
+		if err != nil {
+			return err
+		}
+		log.Warn("store heartbeat is stale (restore or long outage): epoch rotated",
+			"heartbeat", meta.Heartbeat, "epoch", epoch)
+	}
+	return store.Heartbeat(ctx, now)
+}
+
+// DBLabel is a database URL as logs and messages show it: without its password.
+func DBLabel(dbURL string) string {
+	u, err := url.Parse(dbURL)
+	if err != nil || u.Scheme == "" {
+		return "(database)"
+	}
+	if q := u.Query(); q.Has("password") {
+		q.Set("password", "xxxxx")
+		u.RawQuery = q.Encode()
+	}
+	return u.Redacted()
 }

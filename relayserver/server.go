@@ -87,7 +87,9 @@ type Server struct {
 	enrolR *rateTable
 	pushR  *rateTable
 	polls  *waiters
-	mux    *http.ServeMux
+	// unsubscribe ends the subscription to a shared store's notifications (a no-op otherwise).
+	unsubscribe func()
+	mux         *http.ServeMux
 }
 
 // New makes a Server over store, whose relay key must be opt.Key (the store is bound to the key
@@ -173,6 +175,17 @@ func New(ctx context.Context, store Store, opt Options) (*Server, error) {
 		pushR:  newRateTable(opt.PushesPerMinute, time.Minute, opt.RateTableMax),
 		polls:  newWaiters(opt.MaxWaitingPerKey, opt.MaxWaiting),
 	}
+	s.unsubscribe = func() {}
+	if n, ok := store.(Notifier); ok {
+		// Commits of other relay processes on a shared store wake this one's pulls.
+		s.unsubscribe = n.Subscribe(func(target string) {
+			if target == "" {
+				s.polls.wakeAll()
+			} else {
+				s.polls.wake(target)
+			}
+		})
+	}
 	s.routes()
 	return s, nil
 }
@@ -182,10 +195,14 @@ func (s *Server) Epoch() string { return s.epoch }
 
 // Shutdown answers every parked long poll now (each re-reads its queue and answers at once) and
 // makes later pulls answer without waiting, so that http.Server.Shutdown, which waits for
-// handlers, is not held up by them. It does not close the Store. Serve calls it when its graceful
+// handlers, is not held up by them, and ends the subscription to a shared store's notifications
+// (Notifier). It does not close the Store. Serve calls it when its graceful
 // shutdown begins; a caller running the Server under its own http.Server registers it with
 // RegisterOnShutdown.
-func (s *Server) Shutdown() { s.polls.close() }
+func (s *Server) Shutdown() {
+	s.unsubscribe()
+	s.polls.close()
+}
 
 // ServeHTTP implements http.Handler.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.mux.ServeHTTP(w, r) }

@@ -54,6 +54,15 @@ type Store interface {
 	Close() error
 }
 
+// Notifier is implemented by a Store that several relay processes share (pgstore). New subscribes
+// the server's parked pulls to it: the store calls fn with a target key after any process
+// committed an item for it (or a rotation of it), and with "" when it may have missed some (after
+// a reconnect, and periodically as a bounded re-check); the server then wakes the pulls parked for
+// that key, or all of them, and each reads again. cancel ends the subscription.
+type Notifier interface {
+	Subscribe(fn func(target string)) (cancel func())
+}
+
 // Tx is the write side of a Store, valid only inside the Update callback that received it.
 type Tx interface {
 	// Unit runs fn as a nested atomic unit: when fn fails, only its own effects are undone.

@@ -6,12 +6,15 @@ import (
 	"testing"
 
 	"github.com/rogpeppe/go-internal/testscript"
+
+	"github.com/agentmbx/agentmbx/relayserver/pgstore/pgtest"
 )
 
 // TestMain lets the test binary act as the agentmbx command inside testscript scripts, so the
-// scripts in testdata/script exercise the real command line, exit codes included.
+// scripts in testdata/script exercise the real command line, exit codes included. The PostgreSQL
+// cluster of the replica tests, if one was started, stops after the tests.
 func TestMain(m *testing.M) {
-	testscript.Main(m, map[string]func(){
+	testscript.Main(pgtest.Wrap(m), map[string]func(){
 		"agentmbx": func() {
 			os.Exit(exitCode(Main(context.Background(), os.Args[1:], os.Stdin, os.Stdout, os.Stderr)))
 		},

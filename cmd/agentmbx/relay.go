@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"crypto/rand"
 	"errors"
 	"fmt"
@@ -39,9 +38,9 @@ any restore made another way (a volume snapshot, a file copy) needs before the r
 }
 
 func newRelayServeCmd() *cobra.Command {
-	var storeDir, listen, addrFile, trust string
+	var storeDir, db, listen, addrFile, trust string
 	cmd := &cobra.Command{
-		Use:   "serve [--store-dir DIR] [--listen ADDR] [--addr-file FILE] [--trust-proxy MODE]",
+		Use:   "serve [--store-dir DIR | --db URL] [--listen ADDR] [--addr-file FILE] [--trust-proxy MODE]",
 		Short: "Run the relay in the foreground",
 		Long: `Run the relay: the v2 relay API over a SQLite store in --store-dir (or $` + relayserver.EnvRelayDir + `).
 Every answered push is committed (WAL, synchronous=FULL) before its answer, so a crash loses
@@ -50,17 +49,26 @@ nothing that was answered. SIGTERM or Ctrl-C stops it cleanly.
 The relay key comes from $` + relayserver.EnvRelayKey + ` (what 'agentmbx relay keygen' prints) or from
 relay.key in the store directory, created on first start. A store refuses any other key.
 
+--db postgres://… (or $` + relayserver.EnvRelayDB + `) serves from a PostgreSQL database instead; any number
+of relay processes may serve the same database behind one URL. The key must then come from
+$` + relayserver.EnvRelayKey + `, the same on every replica, and the server must run with
+synchronous_commit and fsync on.
+
 --listen defaults to :7374; port 0 picks a free one and --addr-file receives the bound
 host:port once the relay listens. --trust-proxy (or $` + relayserver.EnvRelayTrustProxy + `) says which
 header carries the client address behind a proxy: xff (the rightmost X-Forwarded-For entry) or
 cloudflare (CF-Connecting-IP); without it the TCP peer address counts.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if storeDir == "" {
+			db = relayDB(db)
+			if storeDir == "" && db == "" {
 				storeDir = os.Getenv(relayserver.EnvRelayDir)
 			}
-			if storeDir == "" {
-				return usageErr("pass --store-dir DIR or set "+relayserver.EnvRelayDir, "relay serve: no store directory")
+			if storeDir == "" && db == "" {
+				return usageErr("pass --store-dir DIR (or set "+relayserver.EnvRelayDir+") or --db URL", "relay serve: no store")
+			}
+			if storeDir != "" && db != "" {
+				return usageErr("pass one of them", "relay serve: both --store-dir and --db")
 			}
 			if trust == "" {
 				trust = os.Getenv(relayserver.EnvRelayTrustProxy)
@@ -74,12 +82,11 @@ cloudflare (CF-Connecting-IP); without it the TCP peer address counts.`,
 			log := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: slog.LevelInfo}))
 			err = relayserver.Serve(ctx, relayserver.ServeConfig{
 				StoreDir: storeDir,
+				DB:       db,
 				Listen:   listen,
 				AddrFile: addrFile,
-				Open: func(ctx context.Context, dir string) (relayserver.Store, error) {
-					return sqlitestore.Open(ctx, dir, &sqlitestore.Options{Logger: log})
-				},
-				Options: relayserver.Options{TrustProxy: mode, Version: Version, Logger: log},
+				Open:     openRelayStore(log, db != ""),
+				Options:  relayserver.Options{TrustProxy: mode, Version: Version, Logger: log},
 			})
 			switch {
 			case errors.Is(err, relayserver.ErrLocked):
@@ -93,6 +100,7 @@ cloudflare (CF-Connecting-IP); without it the TCP peer address counts.`,
 		},
 	}
 	cmd.Flags().StringVar(&storeDir, "store-dir", "", "relay store directory (default $"+relayserver.EnvRelayDir+")")
+	cmd.Flags().StringVar(&db, "db", "", dbFlagHelp)
 	cmd.Flags().StringVar(&listen, "listen", fmt.Sprintf(":%d", mbx.DefaultRelayPort), "listen address")
 	cmd.Flags().StringVar(&addrFile, "addr-file", "", "write the bound host:port to this file once listening")
 	cmd.Flags().StringVar(&trust, "trust-proxy", "", "client address from a proxy header: xff or cloudflare (default $"+relayserver.EnvRelayTrustProxy+")")
@@ -212,15 +220,29 @@ kept as relay.db.pre-restore. On any error the store is unchanged.`,
 }
 
 func newRelayRotateEpochCmd() *cobra.Command {
-	var storeDir string
+	var storeDir, db string
 	cmd := &cobra.Command{
-		Use:   "rotate-epoch [--store-dir DIR]",
+		Use:   "rotate-epoch [--store-dir DIR | --db URL]",
 		Short: "Give the relay store a new epoch (after a restore made another way)",
 		Long: `Give the relay store a new epoch, keeping every item. Run it after restoring the store any way
 other than 'agentmbx relay restore' (a volume snapshot, a file copy), before the relay serves
-again: hosts then re-push and re-pull what the restored copy lacks. The relay must be stopped.`,
+again: hosts then re-push and re-pull what the restored copy lacks. The relay must be stopped.
+With --db, run it after a pg_restore or a point-in-time recovery of the relay's PostgreSQL
+database, with every replica stopped (it refuses while one serves).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if db = relayDB(db); db != "" && storeDir == "" {
+				log := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: slog.LevelInfo}))
+				epoch, err := rotateEpochDB(cmd.Context(), db, log)
+				if errors.Is(err, relayserver.ErrLocked) {
+					return hint(err, "stop every relay replica serving this database first")
+				}
+				if err != nil {
+					return relayStoreHint(err)
+				}
+				_, err = fmt.Fprintf(cmd.OutOrStdout(), "new epoch %s\n", epoch)
+				return err
+			}
 			dir, err := relayStoreDir(storeDir, "rotate-epoch")
 			if err != nil {
 				return err
@@ -245,5 +267,6 @@ again: hosts then re-push and re-pull what the restored copy lacks. The relay mu
 		},
 	}
 	cmd.Flags().StringVar(&storeDir, "store-dir", "", "relay store directory (default $"+relayserver.EnvRelayDir+")")
+	cmd.Flags().StringVar(&db, "db", "", dbFlagHelp)
 	return cmd
 }

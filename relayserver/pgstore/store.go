@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net/url"
 	"strconv"
 	"sync"
 	"time"
@@ -93,7 +92,7 @@ func Open(ctx context.Context, dbURL string, opts *Options) (*Store, error) {
 	cfg, err := pgxpool.ParseConfig(dbURL)
 	if err != nil {
 		// pgx's parse errors may quote the URL; say only what kind of thing is wrong.
-		return nil, fmt.Errorf("pgstore: open: the database URL does not parse (%s)", Redact(dbURL))
+		return nil, fmt.Errorf("pgstore: open: the database URL does not parse (%s)", relayserver.DBLabel(dbURL))
 	}
 	cfg.MaxConns = max(o.MaxConns, int32(o.Writers)+2)
 	cfg.ConnConfig.RuntimeParams["application_name"] = "agentmbx-relay"
@@ -116,20 +115,6 @@ func Open(ctx context.Context, dbURL string, opts *Options) (*Store, error) {
 	s.w = newWriter(pool, o)
 	s.lis = newListener(pool.Config().ConnConfig, o)
 	return s, nil
-}
-
-// Redact returns dbURL without its password, for messages.
-func Redact(dbURL string) string {
-	u, err := url.Parse(dbURL)
-	if err != nil || u.Scheme == "" {
-		return "(database)"
-	}
-	q := u.Query()
-	if q.Has("password") {
-		q.Set("password", "xxxxx")
-		u.RawQuery = q.Encode()
-	}
-	return u.Redacted()
 }
 
 // checkSettings refuses a server that acknowledges commits before they are durable.
@@ -359,10 +344,13 @@ RETURNING value`).Scan(&epoch)
 // instead of its separate Meta, RotateEpoch and Heartbeat calls.
 func (s *Store) RotateEpochIfStale(ctx context.Context, now time.Time, stale time.Duration) (epoch string, rotated bool, err error) {
 	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		var hb string
-		err := tx.QueryRow(ctx, `SELECT COALESCE((SELECT value FROM meta WHERE key = 'heartbeat'), '')
-FROM meta WHERE key = 'epoch' FOR UPDATE`).Scan(&hb)
-		if err != nil {
+		// The lock first, then the read: in its own statement the read sees what a replica that
+		// held the lock before committed.
+		if _, err := tx.Exec(ctx, "SELECT 1 FROM meta WHERE key = 'epoch' FOR UPDATE"); err != nil {
+			return err
+		}
+		hb, err := getMeta(ctx, tx, "heartbeat")
+		if err != nil && !errors.Is(err, relayserver.ErrNotFound) {
 			return err
 		}
 		if ms, err := strconv.ParseInt(hb, 10, 64); err == nil && now.Sub(time.UnixMilli(ms)) > stale {

@@ -71,12 +71,20 @@ var (
 
 // Main runs the tests of a package and then stops the cluster if one was started. Call it from
 // TestMain: func TestMain(m *testing.M) { pgtest.Main(m) }.
-func Main(m *testing.M) {
-	code := m.Run()
+func Main(m *testing.M) { os.Exit(Wrap(m).Run()) }
+
+// Wrap returns m whose Run also stops the cluster afterwards, for a TestMain that hands m to
+// another runner (testscript.Main).
+func Wrap(m *testing.M) interface{ Run() int } { return wrapped{m} }
+
+type wrapped struct{ m *testing.M }
+
+func (w wrapped) Run() int {
+	code := w.m.Run()
 	if shared != nil {
 		shared.stop()
 	}
-	os.Exit(code)
+	return code
 }
 
 // Start returns the shared cluster, starting it on first use. Without a server it skips t (or
