@@ -1,10 +1,21 @@
 GO ?= go
 FUZZTIME ?= 5s
 
-.PHONY: build test vet fmt fuzz bench
+.PHONY: build install demo test vet fmt fuzz bench
+
+# The version stamp: git describe and the commit (internal/version reads them).
+VERSION_PKG := github.com/agentmbx/agentmbx/internal/version
+GIT_DESC := $(shell git describe --tags --always --dirty 2>/dev/null)
+GIT_REV := $(shell git rev-parse HEAD 2>/dev/null)
+LDFLAGS := -X $(VERSION_PKG).stamped=$(GIT_DESC) -X $(VERSION_PKG).stampedRev=$(GIT_REV)
 
 build:
-	$(GO) build -o bin/agentmbx ./cmd/agentmbx
+	$(GO) build -ldflags "$(LDFLAGS)" -o bin/agentmbx ./cmd/agentmbx
+
+# go install into $(go env GOBIN), else $(go env GOPATH)/bin: put that directory on PATH.
+install:
+	$(GO) install -ldflags "$(LDFLAGS)" ./cmd/agentmbx
+	@echo "installed agentmbx in $$($(GO) env GOBIN | grep . || echo $$($(GO) env GOPATH)/bin)"
 
 vet:
 	$(GO) vet ./...

@@ -6,9 +6,9 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"runtime/debug"
 	"strconv"
 
+	"github.com/agentmbx/agentmbx/internal/version"
 	"github.com/agentmbx/agentmbx/lan"
 	"github.com/agentmbx/agentmbx/mbx"
 	"github.com/agentmbx/agentmbx/outbox"
@@ -19,18 +19,9 @@ import (
 func (h *Host) LANMux() *http.ServeMux { return h.lanSrv.Mux() }
 
 func (h *Host) newLAN() {
-	h.lanSrv = lan.NewServer(lanHost{h}, lan.ServerOptions{Clock: h.clock, Logger: h.log, Version: version()})
+	h.lanSrv = lan.NewServer(lanHost{h}, lan.ServerOptions{Clock: h.clock, Logger: h.log, Version: version.String()})
 	h.senders = map[outbox.Transport]outbox.Sender{outbox.TransportLAN: lan.NewTransport(lan.TransportConfig{
 		Identity: h, HTTPClient: h.client, Clock: h.clock, Port: h.lanPortHint})}
-}
-
-// version is this binary's module version as the build recorded it ("devel" for a build from a
-// work tree), reported on the LAN status route.
-func version() string {
-	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
-		return bi.Main.Version
-	}
-	return "devel"
 }
 
 // outboxPeer is p as the outbox's senders see it.

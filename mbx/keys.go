@@ -57,7 +57,7 @@ func (k SigningKey) String() string {
 	if k.IsZero() {
 		return "ed25519:none"
 	}
-	return "ed25519:" + k.Fingerprint()
+	return fingerprintPrefix + k.Fingerprint()
 }
 
 // Format makes every fmt verb print String, so %#v cannot dump the seed.
@@ -90,6 +90,9 @@ func ValidPublicKey(s string) bool {
 	return err == nil && len(b) == 32
 }
 
+// fingerprintPrefix is what a key's LogValue puts before its fingerprint.
+const fingerprintPrefix = "ed25519:"
+
 // Fingerprint is the short printable identity of a key: the first 16 lowercase hex digits of
 // SHA-256 of the decoded key, in groups of four ("1a2b-3c4d-5e6f-7a8b"). Like the original it
 // decodes leniently and does not check the length; undecodable text fingerprints its raw bytes.
@@ -104,9 +107,13 @@ func Fingerprint(pubB64 string) string {
 }
 
 // ParseFingerprint reads a fingerprint leniently: a full base64 public key, or 16 hex digits in
-// any case separated by '-', ':' or spaces (or not at all). It returns the canonical form.
+// any case separated by '-', ':' or spaces (or not at all), with or without the "ed25519:" prefix
+// that a key's LogValue prints (in any case). It returns the canonical form.
 func ParseFingerprint(s string) (string, error) {
 	s = strings.TrimSpace(s)
+	if len(s) > len(fingerprintPrefix) && strings.EqualFold(s[:len(fingerprintPrefix)], fingerprintPrefix) {
+		s = strings.TrimSpace(s[len(fingerprintPrefix):])
+	}
 	if ValidPublicKey(s) {
 		return Fingerprint(s), nil
 	}

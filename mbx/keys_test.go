@@ -108,13 +108,14 @@ func TestSignVectors(t *testing.T) {
 func TestParseFingerprint(t *testing.T) {
 	k, _ := SigningKeyFromSeed("cpSvM9EeBH4U8xp2w40Err6TZANeiBdqn1TQC4aj9Ks=")
 	fp := k.Fingerprint()
-	for _, in := range []string{fp, strings.ToUpper(fp), strings.ReplaceAll(fp, "-", ":"), strings.ReplaceAll(fp, "-", " "), strings.ReplaceAll(fp, "-", ""), " " + k.PublicKey() + " "} {
+	for _, in := range []string{fp, strings.ToUpper(fp), strings.ReplaceAll(fp, "-", ":"), strings.ReplaceAll(fp, "-", " "), strings.ReplaceAll(fp, "-", ""), " " + k.PublicKey() + " ",
+		"ed25519:" + fp, "ED25519:" + strings.ToUpper(fp), k.LogValue().String(), "ed25519:" + k.PublicKey()} {
 		got, err := ParseFingerprint(in)
 		if err != nil || got != fp {
 			t.Errorf("ParseFingerprint(%q) = %q, %v; want %q", in, got, err, fp)
 		}
 	}
-	for _, in := range []string{"", "6803-4ece-82f9", "6803-4ece-82f9-572g", "6803-4ece-82f9-572f-00"} {
+	for _, in := range []string{"", "6803-4ece-82f9", "6803-4ece-82f9-572g", "6803-4ece-82f9-572f-00", "ed25519:", "ed25519:6803-4ece-82f9", "x25519:" + fp} {
 		if _, err := ParseFingerprint(in); !errors.Is(err, ErrBadFingerprint) {
 			t.Errorf("ParseFingerprint(%q) err = %v, want ErrBadFingerprint", in, err)
 		}

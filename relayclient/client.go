@@ -3,6 +3,8 @@ package relayclient
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -58,6 +60,10 @@ type Options struct {
 	UserAgent string
 	// Logger receives a Warn when the relay key changes. Default: slog.Default().
 	Logger *slog.Logger
+	// CA is a PEM bundle of CA certificates trusted for the relay's TLS certificate besides the
+	// system roots (`relay set --ca`, a private CA). Ignored when HTTPClient is set. New and
+	// Discover refuse a bundle without a certificate (ErrInvalid).
+	CA []byte
 }
 
 type settings struct {
@@ -68,7 +74,7 @@ type settings struct {
 	log     *slog.Logger
 }
 
-func newSettings(opts *Options) settings {
+func newSettings(opts *Options) (settings, error) {
 	s := settings{timeout: DefaultTimeout, clock: time.Now, ua: "agentmbx", log: slog.Default()}
 	if opts != nil {
 		s.hc = opts.HTTPClient
@@ -86,19 +92,47 @@ func newSettings(opts *Options) settings {
 		}
 	}
 	if s.hc == nil {
-		s.hc = defaultHTTPClient()
+		var ca []byte
+		if opts != nil {
+			ca = opts.CA
+		}
+		hc, err := defaultHTTPClient(ca)
+		if err != nil {
+			return settings{}, err
+		}
+		s.hc = hc
 	}
-	return s
+	return s, nil
 }
 
-func defaultHTTPClient() *http.Client {
+func defaultHTTPClient(ca []byte) (*http.Client, error) {
 	tr := http.DefaultTransport.(*http.Transport).Clone()
+	if len(ca) > 0 {
+		pool, err := CertPool(ca)
+		if err != nil {
+			return nil, err
+		}
+		tr.TLSClientConfig = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
+	}
 	tr.TLSHandshakeTimeout = 10 * time.Second
 	tr.MaxIdleConnsPerHost = 4
 	return &http.Client{
 		Transport:     tr,
 		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+	}, nil
+}
+
+// CertPool is the system roots plus the CA certificates of the PEM bundle ca. A bundle without
+// a certificate is refused (ErrInvalid).
+func CertPool(ca []byte) (*x509.CertPool, error) {
+	pool, err := x509.SystemCertPool()
+	if err != nil || pool == nil {
+		pool = x509.NewCertPool()
 	}
+	if !pool.AppendCertsFromPEM(ca) {
+		return nil, fmt.Errorf("relayclient: %w: the CA file holds no PEM certificate", ErrInvalid)
+	}
+	return pool, nil
 }
 
 // Client talks to one pinned relay as one host. It is safe for concurrent use.
@@ -123,7 +157,11 @@ func New(pin Pin, host string, key mbx.SigningKey, opts *Options) (*Client, erro
 	if host == "" {
 		return nil, fmt.Errorf("relayclient: new: %w: no host name", ErrInvalid)
 	}
-	return &Client{pin: pin, host: host, key: key, settings: newSettings(opts)}, nil
+	st, err := newSettings(opts)
+	if err != nil {
+		return nil, fmt.Errorf("relayclient: new: %w", err)
+	}
+	return &Client{pin: pin, host: host, key: key, settings: st}, nil
 }
 
 // Pin returns the relay the Client talks to.
@@ -163,6 +201,7 @@ type request struct {
 type answer struct {
 	status int
 	body   []byte
+	date   string // the Date header
 }
 
 // send performs r. A 2xx answer is returned; any other is an error (*StatusError, *EpochError).
@@ -197,7 +236,7 @@ func send(ctx context.Context, s *settings, base string, r request, sign func(me
 	req.Header.Set("User-Agent", s.ua)
 	resp, err := s.hc.Do(req)
 	if err != nil {
-		return answer{}, fmt.Errorf("relayclient: %s: %w: %w", r.op, ErrTransport, err)
+		return answer{}, transportError(r.op, err)
 	}
 	defer resp.Body.Close()
 	data, err := io.ReadAll(io.LimitReader(resp.Body, r.max+1))
@@ -213,7 +252,7 @@ func send(ctx context.Context, s *settings, base string, r request, sign func(me
 	if resp.StatusCode/100 != 2 {
 		return answer{}, statusError(r.op, resp, data)
 	}
-	return answer{status: resp.StatusCode, body: data}, nil
+	return answer{status: resp.StatusCode, body: data, date: resp.Header.Get("Date")}, nil
 }
 
 // statusError reads an error answer.

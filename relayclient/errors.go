@@ -57,6 +57,10 @@ var (
 	ErrNotFound = errors.New("relay has no such resource")
 	// ErrV1Only: the relay answered 404 to GET /v2/relay/info: it speaks v1 only.
 	ErrV1Only = errors.New("relay speaks v1 only")
+	// ErrUntrustedCert: the relay's TLS certificate does not verify against the system roots (and
+	// the CA given with Options.CA): an unknown or private CA, a name mismatch, an expired
+	// certificate. Also wraps ErrTransport.
+	ErrUntrustedCert = errors.New("relay's TLS certificate is not trusted")
 	// ErrNoResult: a push answer has no result for an item (the item is not accepted).
 	ErrNoResult = errors.New("relay answer has no result for the item")
 )

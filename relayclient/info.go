@@ -16,7 +16,10 @@ func Discover(ctx context.Context, rawURL string, opts *Options) (mbx.InfoRespon
 	if err != nil {
 		return mbx.InfoResponse{}, fmt.Errorf("relayclient: discover: %w", err)
 	}
-	s := newSettings(opts)
+	s, err := newSettings(opts)
+	if err != nil {
+		return mbx.InfoResponse{}, fmt.Errorf("relayclient: discover: %w", err)
+	}
 	a, err := send(ctx, &s, base, request{op: "info", method: "GET", path: "/v2/relay/info", max: maxSmallAnswer}, nil)
 	if err != nil {
 		if errors.Is(err, ErrNotFound) {

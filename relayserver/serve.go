@@ -48,6 +48,8 @@ type ServeConfig struct {
 	ShutdownTimeout time.Duration
 	// HeartbeatEvery is how often the store's heartbeat is written. Default mbx.RelayHeartbeat.
 	HeartbeatEvery time.Duration
+	// KeyLoaded, when set, is called with the relay's public key once it is loaded, before Ready.
+	KeyLoaded func(publicKey string)
 	// Ready, when set, is called with the bound address once the relay is listening, before the
 	// address file is written.
 	Ready func(addr string)
@@ -96,6 +98,9 @@ func Serve(ctx context.Context, cfg ServeConfig) (err error) {
 	key, src, err := LoadKey(cfg.StoreDir, cfg.Getenv, opt.Rand)
 	if err != nil {
 		return err
+	}
+	if cfg.KeyLoaded != nil {
+		cfg.KeyLoaded(key.PublicKey())
 	}
 	opt.Key = key
 	loc := cfg.StoreDir

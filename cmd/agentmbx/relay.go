@@ -1,7 +1,6 @@
 package main
 
 import (
-	"crypto/rand"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -13,6 +12,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/agentmbx/agentmbx/internal/version"
 	"github.com/agentmbx/agentmbx/mbx"
 	"github.com/agentmbx/agentmbx/relayserver"
 	"github.com/agentmbx/agentmbx/relayserver/sqlitestore"
@@ -31,7 +31,7 @@ re-push and re-pull what the backup lacks; 'relay rotate-epoch' gives the store 
 any restore made another way (a volume snapshot, a file copy) needs before the relay serves again.`,
 		Args: cobra.NoArgs,
 	}
-	cmd.AddCommand(newRelayServeCmd(), newRelayKeygenCmd(),
+	cmd.AddCommand(newRelayServeCmd(), newRelayKeygenCmd(), newRelayInfoCmd(),
 		newRelayBackupCmd(), newRelayRestoreCmd(), newRelayRotateEpochCmd())
 	cmd.AddCommand(relayHostCommands()...)
 	return cmd
@@ -42,12 +42,16 @@ func newRelayServeCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "serve [--store-dir DIR | --db URL] [--listen ADDR] [--addr-file FILE] [--trust-proxy MODE]",
 		Short: "Run the relay in the foreground",
+		Example: `  agentmbx relay keygen > relay.seed
+  MBX_RELAY_KEY=$(cat relay.seed) agentmbx relay serve --store-dir ./relay --listen 127.0.0.1:7374`,
 		Long: `Run the relay: the v2 relay API over a SQLite store in --store-dir (or $` + relayserver.EnvRelayDir + `).
 Every answered push is committed (WAL, synchronous=FULL) before its answer, so a crash loses
 nothing that was answered. SIGTERM or Ctrl-C stops it cleanly.
 
 The relay key comes from $` + relayserver.EnvRelayKey + ` (what 'agentmbx relay keygen' prints) or from
-relay.key in the store directory, created on first start. A store refuses any other key.
+relay.key in the store directory, created on first start. A store refuses any other key. At
+start it prints the key's fingerprint on standard error, with the 'relay set' line hosts pin it
+with.
 
 --db postgres://… (or $` + relayserver.EnvRelayDB + `) serves from a PostgreSQL database instead; any number
 of relay processes may serve the same database behind one URL. The key must then come from
@@ -80,13 +84,18 @@ cloudflare (CF-Connecting-IP); without it the TCP peer address counts.`,
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			log := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: slog.LevelInfo}))
+			var relayPub string
 			err = relayserver.Serve(ctx, relayserver.ServeConfig{
-				StoreDir: storeDir,
-				DB:       db,
-				Listen:   listen,
-				AddrFile: addrFile,
-				Open:     openRelayStore(log, db != ""),
-				Options:  relayserver.Options{TrustProxy: mode, Version: Version, Logger: log},
+				StoreDir:  storeDir,
+				DB:        db,
+				Listen:    listen,
+				AddrFile:  addrFile,
+				Open:      openRelayStore(log, db != ""),
+				KeyLoaded: func(pub string) { relayPub = pub },
+				Ready: func(addr string) {
+					printServedKey(cmd.ErrOrStderr(), relayPub, servedURL(addr, "http"))
+				},
+				Options: relayserver.Options{TrustProxy: mode, Version: version.String(), Logger: log},
 			})
 			switch {
 			case errors.Is(err, relayserver.ErrLocked):
@@ -105,26 +114,6 @@ cloudflare (CF-Connecting-IP); without it the TCP peer address counts.`,
 	cmd.Flags().StringVar(&addrFile, "addr-file", "", "write the bound host:port to this file once listening")
 	cmd.Flags().StringVar(&trust, "trust-proxy", "", "client address from a proxy header: xff or cloudflare (default $"+relayserver.EnvRelayTrustProxy+")")
 	return cmd
-}
-
-func newRelayKeygenCmd() *cobra.Command {
-	return &cobra.Command{
-		Use:   "keygen",
-		Short: "Print a new relay key for " + relayserver.EnvRelayKey,
-		Long: `Print a new relay private key (base64 of its 32-byte seed) on standard output, for the
-` + relayserver.EnvRelayKey + ` deploy secret. Its public key and fingerprint go to standard error, for
-'agentmbx relay set --key'. Keep the private key secret.`,
-		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			k, err := mbx.GenerateSigningKey(rand.Reader)
-			if err != nil {
-				return err
-			}
-			fmt.Fprintf(cmd.ErrOrStderr(), "public key:  %s\nfingerprint: %s\n", k.PublicKey(), k.Fingerprint())
-			_, err = fmt.Fprintln(cmd.OutOrStdout(), k.Seed())
-			return err
-		},
-	}
 }
 
 // relayStoreDir is --store-dir, else $MBX_RELAY_DIR, else a usage error naming the command.

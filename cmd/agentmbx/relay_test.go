@@ -46,7 +46,8 @@ func TestRelayServeListensAndStops(t *testing.T) {
 	cmd := newRelayCmd()
 	cmd.SetArgs([]string{"serve", "--listen", "127.0.0.1:0", "--addr-file", addrFile, "--trust-proxy", "xff"})
 	cmd.SetOut(&bytes.Buffer{})
-	cmd.SetErr(&bytes.Buffer{})
+	stderr := &syncBuffer{}
+	cmd.SetErr(stderr)
 	done := make(chan error, 1)
 	go func() { done <- cmd.ExecuteContext(ctx) }()
 	var addr string
@@ -83,6 +84,11 @@ func TestRelayServeListensAndStops(t *testing.T) {
 		}
 	case <-time.After(60 * time.Second):
 		t.Fatal("relay serve did not stop")
+	}
+	fp := mbx.Fingerprint(info.RelayPubkey)
+	want := "relay key fingerprint: " + fp + " (pin it with: agentmbx relay set http://" + addr + " --key " + fp + ")\n"
+	if !strings.Contains(stderr.String(), want) {
+		t.Errorf("stderr lacks the line to copy %q:\n%s", want, stderr.String())
 	}
 }
 

@@ -2,19 +2,13 @@ package main
 
 import (
 	"context"
-	"fmt"
 	"io"
-	"runtime/debug"
 	"strings"
 
 	"github.com/spf13/cobra"
+
+	"github.com/agentmbx/agentmbx/internal/version"
 )
-
-// Version is the release of this build; set with -ldflags "-X main.Version=…".
-var Version = "0.1.0-dev"
-
-// wireVersion is the AgentMBX wire-format line this build speaks.
-const wireVersion = "0.5"
 
 // Main runs the agentmbx command line with args (without the program name). It is what main calls
 // and what tests call, with their own streams.
@@ -40,7 +34,9 @@ func newRootCmd() *cobra.Command {
 		Short:         "Mail between AI agents on different machines, never lost or duplicated",
 		SilenceUsage:  true,
 		SilenceErrors: true,
+		Version:       version.String(),
 	}
+	root.SetVersionTemplate(versionLine(version.Get()) + "\n")
 	root.AddCommand(newVersionCmd())
 	root.AddCommand(newInitCmd(), newDaemonCmd(), newIDCmd())
 	root.AddCommand(newSendCmd(), newInboxCmd(), newReadCmd(), newAckCmd())
@@ -49,22 +45,6 @@ func newRootCmd() *cobra.Command {
 	root.AddCommand(newPairCmd(), newJoinCmd())
 	root.AddCommand(newRelayCmd())
 	return root
-}
-
-func newVersionCmd() *cobra.Command {
-	return &cobra.Command{
-		Use:   "version",
-		Short: "Print the version of agentmbx and of the wire format it speaks",
-		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			goVersion := "unknown"
-			if bi, ok := debug.ReadBuildInfo(); ok {
-				goVersion = bi.GoVersion
-			}
-			_, err := fmt.Fprintf(cmd.OutOrStdout(), "agentmbx %s (wire format AgentMBX %s.x, %s)\n", Version, wireVersion, goVersion)
-			return err
-		},
-	}
 }
 
 // isUsageErr tells cobra's own argument and flag errors from the errors of a command's work.
