@@ -33,7 +33,9 @@
 //	POST /v1/pair/confirm  PairConfirmRequest     → Peer (waits for the other side)
 //	POST /v1/pair/cancel                          → {}
 //
-// The relay routes are served for a service that also implements RelayService, the pairing
+// The mail routes (threads, search, replies, inbox pages, waiting for new mail; see mail.go) are
+// served for a service that also implements MailService. The relay routes are served for a
+// service that also implements RelayService, the pairing
 // routes when the daemon has a PairingService. An error's Code is one of the Code constants; each
 // maps to one sentinel (ErrNotFound, ...) and one HTTP status (errors.go). Package host/control
 // serves these routes; package client calls them.

@@ -32,6 +32,10 @@
 //	rstate    msg id ‖ recipient → the last accepted delivery receipt {host, state, seq, at, note}
 //	seen      msg id → {host, at}: received ids, for dedup (kept SeenRetention, 60 days)
 //	seen_at   be64(at) ‖ msg id → "": the prune index of seen
+//	idx_terms, idx_threads, idx_agent, fresh   the mail indexes (schema 2, index.go): word ‖ msg
+//	          id, thread ‖ msg id, agent ‖ msg id (mail an agent holds or sent) and agent ‖ msg id
+//	          of copies still delivered (new mail); written with the message, built on opening a
+//	          schema 1 store
 //	relay     "state" → the pinned relay and what this host knows of it (see Relay below)
 //	outbox    the outbox package's buckets (rows, wire bytes and their indexes)
 //	quarantine, relay-positions   the quarantine and inbox packages' buckets: relay items this

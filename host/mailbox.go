@@ -58,6 +58,9 @@ func (h *Host) deliverLocalTx(tx *bbolt.Tx, msg *storedMessage, agents []string,
 		if err := putJSON(mb, []byte(msg.ID), msg); err != nil {
 			return err
 		}
+		if err := indexMessageTx(tx, msg); err != nil {
+			return err
+		}
 	}
 	box, unread := tx.Bucket(bucketMbox), tx.Bucket(bucketUnread)
 	for _, a := range agents {
@@ -79,6 +82,12 @@ func (h *Host) deliverLocalTx(tx *bbolt.Tx, msg *storedMessage, agents []string,
 			return err
 		}
 		if err := unread.Put(k, nil); err != nil {
+			return err
+		}
+		if err := tx.Bucket(bucketFresh).Put(k, nil); err != nil {
+			return err
+		}
+		if err := indexAgentTx(tx, a, msg.ID); err != nil {
 			return err
 		}
 	}
@@ -120,6 +129,9 @@ func (h *Host) advanceTx(tx *bbolt.Tx, agent, msgID string, state mbx.ReceiptSta
 		}
 	}
 	if err := putJSON(box, k, e); err != nil {
+		return msg, e, false, err
+	}
+	if err := tx.Bucket(bucketFresh).Delete(k); err != nil {
 		return msg, e, false, err
 	}
 	if state >= mbx.ReceiptRead {

@@ -159,7 +159,12 @@ func (h *Host) Send(ctx context.Context, req api.SendRequest) (api.SendResult, e
 		if peers, err = peersTx(tx); err != nil {
 			return err
 		}
-		agents, err = agentsTx(tx)
+		if agents, err = agentsTx(tx); err != nil {
+			return err
+		}
+		if req.Thread == "" && req.ReplyTo != "" {
+			req.Thread, err = replyThreadTx(tx, req.ReplyTo)
+		}
 		return err
 	}); err != nil {
 		return api.SendResult{}, fmt.Errorf("host: send: %w", err)
@@ -222,6 +227,9 @@ func (h *Host) Send(ctx context.Context, req api.SendRequest) (api.SendResult, e
 			return err
 		}
 		if err := putJSON(tx.Bucket(bucketSent), []byte(rec.ID), rec); err != nil {
+			return err
+		}
+		if err := indexAgentTx(tx, req.From, rec.ID); err != nil {
 			return err
 		}
 		ob := h.ob.In(tx)

@@ -23,8 +23,8 @@ var (
 	bucketSeen     = []byte("seen")
 	bucketSeenAt   = []byte("seen_at")
 
-	allBuckets = [][]byte{bucketMeta, bucketPeers, bucketAgents, bucketMessages, bucketMbox,
-		bucketUnread, bucketSent, bucketRState, bucketSeen, bucketSeenAt}
+	allBuckets = append([][]byte{bucketMeta, bucketPeers, bucketAgents, bucketMessages, bucketMbox,
+		bucketUnread, bucketSent, bucketRState, bucketSeen, bucketSeenAt}, indexBuckets...)
 
 	metaHost    = []byte("host")
 	metaListen  = []byte("listen")
@@ -32,8 +32,9 @@ var (
 	metaSchema  = []byte("schema")
 )
 
-// schemaVersion is the layout in doc.go. Open refuses a store with a higher one.
-const schemaVersion = 1
+// schemaVersion is the layout in doc.go. Open refuses a store with a higher one, and builds the
+// mail indexes of a store of version 1 (index.go).
+const schemaVersion = 2
 
 func createBuckets(tx *bbolt.Tx) error {
 	for _, name := range allBuckets {
@@ -46,10 +47,16 @@ func createBuckets(tx *bbolt.Tx) error {
 		if len(v) != 8 {
 			return fmt.Errorf("%w: schema version", ErrCorrupt)
 		}
-		if got := binary.BigEndian.Uint64(v); got > schemaVersion {
+		got := binary.BigEndian.Uint64(v)
+		if got > schemaVersion {
 			return fmt.Errorf("%w: version %d, this binary knows %d", ErrSchema, got, schemaVersion)
 		}
-		return nil
+		if got == schemaVersion {
+			return nil
+		}
+		if err := buildIndexesTx(tx); err != nil {
+			return fmt.Errorf("upgrade store to schema %d: %w", schemaVersion, err)
+		}
 	}
 	return m.Put(metaSchema, binary.BigEndian.AppendUint64(nil, schemaVersion))
 }

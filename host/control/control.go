@@ -58,6 +58,12 @@ var routes = map[string]map[string]route{
 	"/v1/status": {http.MethodGet: (*handler).status},
 	"/v1/card":   {http.MethodGet: (*handler).card},
 
+	"/v1/inbox/page": {http.MethodGet: (*handler).inboxPage},
+	"/v1/wait/new":   {http.MethodGet: (*handler).waitNew},
+	"/v1/thread":     {http.MethodGet: (*handler).thread},
+	"/v1/search":     {http.MethodGet: (*handler).search},
+	"/v1/reply":      {http.MethodPost: (*handler).reply},
+
 	"/v1/pair":         {http.MethodGet: (*handler).pairStatus},
 	"/v1/pair/start":   {http.MethodPost: (*handler).pairStart},
 	"/v1/pair/wait":    {http.MethodGet: (*handler).pairWait},
@@ -195,13 +201,9 @@ func (h *handler) removePeer(_ http.ResponseWriter, r *http.Request) (any, error
 
 func (h *handler) wait(_ http.ResponseWriter, r *http.Request) (any, error) {
 	q := r.URL.Query()
-	timeout := api.DefaultWait
-	if s := q.Get("timeout"); s != "" {
-		d, err := time.ParseDuration(s)
-		if err != nil || d < 0 || d > api.MaxWait {
-			return nil, api.NewError(api.CodeBadRequest, fmt.Sprintf("bad wait timeout %q", s), fmt.Sprintf("a duration from 0s to %s, like 30s", api.MaxWait))
-		}
-		timeout = d
+	timeout, err := waitParam(q.Get("timeout"))
+	if err != nil {
+		return nil, err
 	}
 	msgs, err := h.svc.Wait(r.Context(), q.Get("agent"), timeout)
 	if err != nil && r.Context().Err() != nil {
@@ -238,6 +240,18 @@ func nonNil[T any](s []T) []T {
 		return []T{}
 	}
 	return s
+}
+
+// waitParam reads a long poll's timeout ("" is api.DefaultWait).
+func waitParam(s string) (time.Duration, error) {
+	if s == "" {
+		return api.DefaultWait, nil
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil || d < 0 || d > api.MaxWait {
+		return 0, api.NewError(api.CodeBadRequest, fmt.Sprintf("bad wait timeout %q", s), fmt.Sprintf("a duration from 0s to %s, like 30s", api.MaxWait))
+	}
+	return d, nil
 }
 
 func boolParam(s string) (bool, error) {

@@ -1,0 +1,189 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/agentmbx/agentmbx/api"
+)
+
+// mailOf is the host's api.MailService (a daemon's and an open store's both are one).
+func mailOf(c *conn) (api.MailService, error) {
+	ms, ok := c.Service.(api.MailService)
+	if !ok {
+		return nil, errors.New("this host has no threads, search or replies")
+	}
+	return ms, nil
+}
+
+func newThreadCmd() *cobra.Command {
+	var (
+		home, as string
+		asJSON   bool
+	)
+	cmd := &cobra.Command{
+		Use:   "thread ID [--as AGENT] [--json]",
+		Short: "Show the messages of a message's thread, oldest first",
+		Long: `Show the thread of a message (or a thread id), oldest first, with whole bodies. With --as,
+only that agent's mail in it (received and sent); without, all of this host's. Nothing is marked
+read.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return withConn(cmd, home, func(ctx context.Context, c *conn) error {
+				ms, err := mailOf(c)
+				if err != nil {
+					return err
+				}
+				t, err := ms.Thread(ctx, api.ThreadRequest{Agent: as, ID: args[0]})
+				if err != nil {
+					return err
+				}
+				if asJSON {
+					return printJSON(cmd.OutOrStdout(), t)
+				}
+				return printThread(cmd, t)
+			})
+		},
+	}
+	addHomeFlag(cmd, &home)
+	cmd.Flags().StringVar(&as, "as", "", "show only this local agent's mail in the thread")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the thread as JSON")
+	return cmd
+}
+
+// printThread prints each message of a thread: a header line, the subject and the body (with
+// control characters shown as text, as read does).
+func printThread(cmd *cobra.Command, t api.Thread) error {
+	w := cmd.OutOrStdout()
+	fmt.Fprintf(w, "thread %s: %d messages\n", t.Thread, len(t.Messages))
+	if t.Earlier > 0 {
+		fmt.Fprintf(w, "(%d earlier messages not shown; --json shows the same)\n", t.Earlier)
+	}
+	for _, m := range t.Messages {
+		body := visibleControls(m.Body)
+		if !strings.HasSuffix(body, "\n") {
+			body += "\n"
+		}
+		fmt.Fprintf(w, "\n── %s  %s  %s  [%s]\nsubject: %s\n\n%s", m.ID, m.TS, oneLineFull(m.From), m.State, oneLineFull(m.Subject), body)
+	}
+	return nil
+}
+
+func newSearchCmd() *cobra.Command {
+	var (
+		home, as string
+		limit    int
+		asJSON   bool
+	)
+	cmd := &cobra.Command{
+		Use:   "search QUERY... [--as AGENT] [--limit N] [--json]",
+		Short: "Find messages whose subject or body holds every word of the query",
+		Long: `Find messages whose subject or body holds every word of the query (words are letters and
+digits; case does not matter), newest first. With --as, that agent's mail (received and sent);
+without, all of this host's. It reads a word index, so it stays fast on large mailboxes.`,
+		Args: cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if limit < 0 || limit > api.MaxPage {
+				return usageErr(fmt.Sprintf("1 to %d", api.MaxPage), "search: bad --limit %d", limit)
+			}
+			return withConn(cmd, home, func(ctx context.Context, c *conn) error {
+				ms, err := mailOf(c)
+				if err != nil {
+					return err
+				}
+				res, err := ms.Search(ctx, api.SearchRequest{Agent: as, Query: strings.Join(args, " "), Limit: limit})
+				if err != nil {
+					return err
+				}
+				if asJSON {
+					return printJSON(cmd.OutOrStdout(), res)
+				}
+				return printSearch(cmd, res)
+			})
+		},
+	}
+	addHomeFlag(cmd, &home)
+	cmd.Flags().StringVar(&as, "as", "", "search only this local agent's mail")
+	cmd.Flags().IntVar(&limit, "limit", api.DefaultPage, "show at most this many matches")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the matches as JSON")
+	return cmd
+}
+
+func printSearch(cmd *cobra.Command, res api.SearchResult) error {
+	w := cmd.OutOrStdout()
+	if len(res.Messages) == 0 {
+		_, err := fmt.Fprintf(w, "no messages match %q\n", oneLineFull(res.Query))
+		return err
+	}
+	rows := make([][]string, 0, len(res.Messages))
+	for _, m := range res.Messages {
+		rows = append(rows, []string{m.ID, m.State, m.From, m.Subject, m.TS})
+	}
+	if err := table(w, []string{"ID", "STATE", "FROM", "SUBJECT", "TS"}, rows); err != nil {
+		return err
+	}
+	if res.More {
+		_, err := fmt.Fprintln(w, "(more matches: raise --limit or add words)")
+		return err
+	}
+	return nil
+}
+
+func newReplyCmd() *cobra.Command {
+	var (
+		home, as, subject, kind, body, bodyFile string
+		asJSON                                  bool
+	)
+	cmd := &cobra.Command{
+		Use:   "reply ID --as AGENT (-m BODY | --body-file F) [--subject S]",
+		Short: "Answer a message's sender, in its thread, and print the new message's id",
+		Long: `Answer a message of the agent's: the reply goes to its sender (to its recipients when the
+agent sent it), in its thread, with reply-to set; the subject is "Re: " and the original's unless
+--subject is given. Like send, the id is printed once the reply is durable.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			hasBody, hasFile := cmd.Flags().Changed("message"), cmd.Flags().Changed("body-file")
+			switch {
+			case hasBody && hasFile:
+				return usageErr("give the body once", "reply: both -m and --body-file")
+			case !hasBody && !hasFile:
+				return usageErr("give the body with -m TEXT, or --body-file FILE (- for standard input)", "reply: no body")
+			case hasFile:
+				b, err := readInput(cmd, bodyFile, maxBodyFile)
+				if err != nil {
+					return fmt.Errorf("reply: body: %w", err)
+				}
+				body = string(b)
+			}
+			return withConn(cmd, home, func(ctx context.Context, c *conn) error {
+				ms, err := mailOf(c)
+				if err != nil {
+					return err
+				}
+				res, err := ms.Reply(ctx, api.ReplyRequest{From: as, ID: args[0], Body: body, Subject: subject, Kind: kind})
+				if err != nil {
+					return err
+				}
+				if asJSON {
+					return printJSON(cmd.OutOrStdout(), res)
+				}
+				_, err = fmt.Fprintln(cmd.OutOrStdout(), res.ID)
+				return err
+			})
+		},
+	}
+	addHomeFlag(cmd, &home)
+	f := cmd.Flags()
+	f.StringVar(&as, "as", "", "the local agent that received the message")
+	f.StringVarP(&body, "message", "m", "", "the body")
+	f.StringVar(&bodyFile, "body-file", "", "read the body from a file (- for standard input)")
+	f.StringVar(&subject, "subject", "", `subject line (default "Re: " and the original's)`)
+	f.StringVar(&kind, "kind", "", "message kind (default reply)")
+	f.BoolVar(&asJSON, "json", false, "print the id and where the reply went as JSON")
+	cmd.MarkFlagRequired("as")
+	return cmd
+}

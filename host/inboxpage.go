@@ -1,0 +1,141 @@
+package host
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"time"
+
+	"go.etcd.io/bbolt"
+
+	"github.com/agentmbx/agentmbx/api"
+	"github.com/agentmbx/agentmbx/mbx"
+)
+
+// InboxPage lists the newest req.Limit messages of an agent's mail (unread, or all) whose ids
+// follow req.Since, oldest first; More counts the older ones it left out. The copies it shows
+// move from delivered to notified.
+func (h *Host) InboxPage(ctx context.Context, req api.InboxRequest) (api.InboxPage, error) {
+	if err := ctx.Err(); err != nil {
+		return api.InboxPage{}, err
+	}
+	limit, err := checkPage(req.Agent, req.Limit)
+	if err == nil && req.Since != "" && !validRef(req.Since) {
+		err = fmt.Errorf("%w: since %q is not a message id", ErrInvalid, req.Since)
+	}
+	if err != nil {
+		return api.InboxPage{}, fmt.Errorf("host: inbox: %w", err)
+	}
+	idx := bucketUnread
+	if req.All {
+		idx = bucketMbox
+	}
+	page, err := h.showPage(req.Agent, func(tx *bbolt.Tx) ([]string, int) {
+		ids := idsAfter(tx.Bucket(idx), req.Agent, req.Since)
+		if n := len(ids) - limit; n > 0 {
+			return ids[n:], n
+		}
+		return ids, 0
+	})
+	if err != nil {
+		return api.InboxPage{}, fmt.Errorf("host: inbox of %s: %w", req.Agent, err)
+	}
+	return page, nil
+}
+
+// WaitNew blocks until the agent has new mail (copies in state delivered), the timeout passes or
+// ctx ends. It returns the oldest req.Limit new messages, oldest first, and how many new ones it
+// left out; the ones it returns move to notified, so each new message is returned once. At the
+// timeout the page is empty.
+func (h *Host) WaitNew(ctx context.Context, req api.WaitRequest) (api.InboxPage, error) {
+	limit, err := checkPage(req.Agent, req.Limit)
+	if err == nil && (req.Timeout < 0 || req.Timeout > api.MaxWait) {
+		err = fmt.Errorf("%w: timeout %s (0s to %s)", ErrInvalid, req.Timeout, api.MaxWait)
+	}
+	if err != nil {
+		return api.InboxPage{}, fmt.Errorf("host: wait: %w", err)
+	}
+	timer := time.NewTimer(req.Timeout)
+	defer timer.Stop()
+	for {
+		ch, closed := h.mail.wait()
+		if closed {
+			return api.InboxPage{}, fmt.Errorf("host: wait: %w", ErrClosed)
+		}
+		var fresh bool
+		if err := h.db.View(func(tx *bbolt.Tx) error {
+			k, _ := tx.Bucket(bucketFresh).Cursor().Seek(prefix(req.Agent))
+			fresh = k != nil && bytes.HasPrefix(k, prefix(req.Agent))
+			return nil
+		}); err != nil {
+			return api.InboxPage{}, fmt.Errorf("host: wait: %w", err)
+		}
+		if fresh {
+			page, err := h.showPage(req.Agent, func(tx *bbolt.Tx) ([]string, int) {
+				ids := idsAfter(tx.Bucket(bucketFresh), req.Agent, "")
+				if len(ids) > limit {
+					return ids[:limit], len(ids) - limit
+				}
+				return ids, 0
+			})
+			if err != nil || len(page.Messages) > 0 {
+				return page, err
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return api.InboxPage{}, ctx.Err()
+		case <-timer.C:
+			return api.InboxPage{Messages: []api.Message{}}, nil
+		case <-ch:
+		}
+	}
+}
+
+// checkPage validates an agent name and a page size (0 is api.DefaultPage).
+func checkPage(agent string, limit int) (int, error) {
+	if !ValidAgentName(agent) {
+		return 0, fmt.Errorf("%w: agent name %q", ErrInvalid, agent)
+	}
+	return pageSize(limit)
+}
+
+// idsAfter lists the ids of agent's keys in an agent ‖ id bucket that sort after since ("" for
+// all), in order.
+func idsAfter(b *bbolt.Bucket, agent, since string) []string {
+	var ids []string
+	p := prefix(agent)
+	c := b.Cursor()
+	k, _ := c.Seek(key2(agent, since))
+	for ; k != nil && bytes.HasPrefix(k, p); k, _ = c.Next() {
+		if id := string(k[len(p):]); id != since {
+			ids = append(ids, id)
+		}
+	}
+	return ids
+}
+
+// showPage picks a page of agent's copies in one transaction (pick returns their ids and how
+// many it left out), moves the delivered ones to notified and returns them.
+func (h *Host) showPage(agent string, pick func(tx *bbolt.Tx) ([]string, int)) (api.InboxPage, error) {
+	var page api.InboxPage
+	changed := false
+	err := h.db.Update(func(tx *bbolt.Tx) error {
+		ids, more := pick(tx)
+		page, changed = api.InboxPage{Messages: make([]api.Message, 0, len(ids)), More: more}, false
+		now := h.clock()
+		for _, id := range ids {
+			msg, e, ch, err := h.advanceTx(tx, agent, id, mbx.ReceiptNotified, "", now)
+			if err != nil {
+				return err
+			}
+			changed = changed || ch
+			page.Messages = append(page.Messages, msg.api(agent, e))
+		}
+		return nil
+	})
+	if err == nil && changed {
+		h.kickOutbox() // receipts may be queued
+	}
+	return page, err
+}
