@@ -358,8 +358,8 @@ type pullRecorder struct {
 	l *relayLink
 }
 
-func (p pullRecorder) Pull(ctx context.Context, r relayclient.PullRequest) (mbx.PullResponse, error) {
-	page, err := p.l.c.Pull(ctx, r)
+func (p pullRecorder) Pull(ctx context.Context, r inbox.PullRequest) (mbx.PullResponse, error) {
+	page, err := p.l.c.Pull(ctx, relayclient.PullRequest(r))
 	var ee *relayclient.EpochError
 	switch {
 	case err == nil:
@@ -369,7 +369,7 @@ func (p pullRecorder) Pull(ctx context.Context, r relayclient.PullRequest) (mbx.
 	default:
 		p.h.relayFailed(p.l, opPull, err)
 	}
-	return page, err
+	return page, receiverErr(err)
 }
 
 func (p pullRecorder) Ack(ctx context.Context, epoch string, through int64) (mbx.AckResponse, error) {
@@ -378,7 +378,31 @@ func (p pullRecorder) Ack(ctx context.Context, epoch string, through int64) (mbx
 	if errors.As(err, &kc) {
 		p.h.relayKeyChanged(p.l, kc)
 	}
-	return res, err
+	return res, receiverErr(err)
+}
+
+// receiverErr is a relay client's error as the receiver reads it (inbox.RelayError).
+func receiverErr(err error) error {
+	if err == nil {
+		return nil
+	}
+	re := &inbox.RelayError{Err: err}
+	var ee *relayclient.EpochError
+	switch {
+	case errors.As(err, &ee):
+		re.Kind, re.Epoch = inbox.ErrEpochChanged, ee.Epoch
+	case errors.Is(err, relayclient.ErrRewound):
+		re.Kind = inbox.ErrRewound
+	case errors.Is(err, relayclient.ErrRelayKeyChanged):
+		re.Kind = inbox.ErrKeyChanged
+	case errors.Is(err, relayclient.ErrNotEnrolled):
+		re.Kind = inbox.ErrNotEnrolled
+	}
+	var se *relayclient.StatusError
+	if errors.As(err, &se) {
+		re.RetryAfter = se.RetryAfter
+	}
+	return re
 }
 
 // relayReceive pulls and processes pages until the relay has nothing more (tests and `relay

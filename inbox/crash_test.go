@@ -43,7 +43,7 @@ func TestCrashChild(t *testing.T) {
 				_ = failpoint.Inject(failMidPage)
 			}
 		}}
-	r, err := s.NewReceiver(pin.URL, beta.c, h, &ReceiverOptions{Logger: quiet()})
+	r, err := s.NewReceiver(pin.URL, clientRelay{beta.c}, h, &ReceiverOptions{Logger: quiet()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -119,7 +119,7 @@ func crashScenario(t *testing.T, point string, committed bool) {
 	// The restarted receiver: pull again (the relay still holds everything), skip or redo what
 	// the checkpoint says, ack.
 	h := &hostHandler{self: beta, peers: map[string]string{alpha.key.PublicKey(): "alpha"}}
-	r, err := s.NewReceiver(pin.URL, beta.c, h, &ReceiverOptions{Logger: quiet()})
+	r, err := s.NewReceiver(pin.URL, clientRelay{beta.c}, h, &ReceiverOptions{Logger: quiet()})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,7 +9,6 @@ import (
 
 	"github.com/agentmbx/agentmbx/internal/failpoint"
 	"github.com/agentmbx/agentmbx/mbx"
-	"github.com/agentmbx/agentmbx/relayclient"
 )
 
 // Failpoints of the Receiver (see package failpoint; MBX_FAILPOINT in crash tests).
@@ -18,10 +17,70 @@ const (
 	FailAfterCommitBeforeAck = "inbox.after-commit-before-ack"
 )
 
-// Relay is the relay a Receiver pulls from. *relayclient.Client satisfies it.
+// Relay is the relay a Receiver pulls from. Its errors tell the Receiver what the relay answered
+// by wrapping ErrEpochChanged, ErrRewound, ErrKeyChanged or ErrNotEnrolled, in a *RelayError
+// that carries the relay's epoch and Retry-After; any other error is retried after a backoff.
 type Relay interface {
-	Pull(ctx context.Context, r relayclient.PullRequest) (mbx.PullResponse, error)
+	Pull(ctx context.Context, r PullRequest) (mbx.PullResponse, error)
 	Ack(ctx context.Context, epoch string, through int64) (mbx.AckResponse, error)
+}
+
+// PullRequest asks a relay for the items after a receive position.
+type PullRequest struct {
+	// After is the receive position: items with a seq above it are wanted.
+	After int64
+	// Limit caps the page (0: the relay's max_pull).
+	Limit int
+	// Epoch is the epoch the position belongs to ("" before the first pull).
+	Epoch string
+	// Wait asks the relay to hold an empty answer until an item arrives or Wait passes.
+	Wait time.Duration
+}
+
+// The relay answers a Receiver acts on (see Relay).
+var (
+	// ErrEpochChanged: the relay is in another epoch than the request named (RelayError.Epoch
+	// says which, when it said): the position resets to 0.
+	ErrEpochChanged = errors.New("relay epoch changed")
+	// ErrRewound: the relay refused an ack through a seq it does not have (BAD_ACK): its store
+	// went back, and the position resets to 0.
+	ErrRewound = errors.New("relay store rewound")
+	// ErrKeyChanged: the relay serves another key than the pinned one: Run ends.
+	ErrKeyChanged = errors.New("relay key changed")
+	// ErrNotEnrolled: the relay does not accept this host's hop: Reenrol is called.
+	ErrNotEnrolled = errors.New("relay does not accept this host")
+)
+
+// RelayError is a Relay's failure: Kind is one of the errors above (nil for any other failure),
+// Err the relay client's own error, Epoch the relay's current epoch (with ErrEpochChanged) and
+// RetryAfter the pause the relay asked for (0: none).
+type RelayError struct {
+	Kind       error
+	Err        error
+	Epoch      string
+	RetryAfter time.Duration
+}
+
+func (e *RelayError) Error() string { return e.Err.Error() }
+
+// Unwrap returns Kind (when set) and Err, so errors.Is matches both.
+func (e *RelayError) Unwrap() []error {
+	if e.Kind == nil {
+		return []error{e.Err}
+	}
+	return []error{e.Kind, e.Err}
+}
+
+// epochChanged reports whether err says the relay changed epoch, and the epoch it named.
+func epochChanged(err error) (string, bool) {
+	if !errors.Is(err, ErrEpochChanged) {
+		return "", false
+	}
+	var re *RelayError
+	if errors.As(err, &re) {
+		return re.Epoch, true
+	}
+	return "", true
 }
 
 // Defaults of ReceiverOptions.
@@ -48,8 +107,7 @@ type ReceiverOptions struct {
 	// OnReset is called after a committed reset of the position (epoch change, rewind, BAD_ACK),
 	// with the new position: the host re-pushes its relay-accepted rows for this relay (spec §5).
 	OnReset func(ctx context.Context, p Position)
-	// Reenrol is called when the relay does not accept this host's hop (relayclient.
-	// ErrNotEnrolled): the host enrols again and republishes its enc-key ad and sender list
+	// Reenrol is called when the relay does not accept this host's hop (ErrNotEnrolled): the host enrols again and republishes its enc-key ad and sender list
 	// (spec §8). The next step follows at once when it succeeds. nil: back off like any error.
 	Reenrol func(ctx context.Context) error
 	// Clock and Sleep are injected for tests (defaults: time.Now, and a timer that Kick and ctx
@@ -162,17 +220,16 @@ func (r *Receiver) Step(ctx context.Context) (StepResult, error) {
 	if err != nil {
 		return StepResult{}, err
 	}
-	req := relayclient.PullRequest{After: pos.ReceivedThrough, Limit: r.opt.Limit, Wait: r.opt.Wait}
+	req := PullRequest{After: pos.ReceivedThrough, Limit: r.opt.Limit, Wait: r.opt.Wait}
 	if pos.ReceivedThrough > 0 {
 		req.Epoch = pos.Epoch // from 0 any epoch will do; a new one shows on the page
 	}
 	start := r.opt.Clock()
 	page, err := r.src.Pull(ctx, req)
 	if err != nil {
-		var ee *relayclient.EpochError
-		if errors.As(err, &ee) {
+		if epoch, ok := epochChanged(err); ok {
 			st := StepResult{}
-			return st, r.reset(ctx, &st, ee.Epoch, ResetEpochChanged)
+			return st, r.reset(ctx, &st, epoch, ResetEpochChanged)
 		}
 		return StepResult{}, fmt.Errorf("inbox: pull from %s: %w", r.relay, err)
 	}
@@ -203,16 +260,16 @@ func (r *Receiver) ack(ctx context.Context, st *StepResult, p Position) error {
 		return nil
 	}
 	_, err := r.src.Ack(ctx, p.Epoch, p.ReceivedThrough)
-	var ee *relayclient.EpochError
+	epoch, changed := epochChanged(err)
 	switch {
 	case err == nil:
 		r.ackedEpoch, r.acked, st.Acked = p.Epoch, p.ReceivedThrough, p.ReceivedThrough
 		return nil
-	case errors.Is(err, relayclient.ErrRewound):
+	case errors.Is(err, ErrRewound):
 		return r.reset(ctx, st, "", ResetBadAck)
-	case errors.As(err, &ee):
-		return r.reset(ctx, st, ee.Epoch, ResetEpochChanged)
-	case errors.Is(err, relayclient.ErrRelayKeyChanged):
+	case changed:
+		return r.reset(ctx, st, epoch, ResetEpochChanged)
+	case errors.Is(err, ErrKeyChanged):
 		return err
 	default:
 		st.AckErr = fmt.Errorf("inbox: ack %s through %d: %w", r.relay, p.ReceivedThrough, err)
@@ -266,9 +323,9 @@ func (r *Receiver) Run(ctx context.Context) error {
 			}
 		case ctx.Err() != nil:
 			return ctx.Err()
-		case errors.Is(err, relayclient.ErrRelayKeyChanged):
+		case errors.Is(err, ErrKeyChanged):
 			return err
-		case errors.Is(err, relayclient.ErrNotEnrolled) && r.opt.Reenrol != nil && !reenrolled:
+		case errors.Is(err, ErrNotEnrolled) && r.opt.Reenrol != nil && !reenrolled:
 			reenrolled = true
 			rerr := r.opt.Reenrol(ctx)
 			if rerr == nil {
@@ -280,9 +337,9 @@ func (r *Receiver) Run(ctx context.Context) error {
 		default:
 			backoff = min(max(2*backoff, r.opt.MinBackoff), r.opt.MaxBackoff)
 			pause = backoff
-			var se *relayclient.StatusError
-			if errors.As(err, &se) && se.RetryAfter > pause {
-				pause = se.RetryAfter
+			var re *RelayError
+			if errors.As(err, &re) && re.RetryAfter > pause {
+				pause = re.RetryAfter
 			}
 			r.log.Warn("relay receive step failed", "relay", r.relay, "retry_in", pause, "err", err)
 		}

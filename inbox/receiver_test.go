@@ -4,14 +4,12 @@ import (
 	"context"
 	"errors"
 	"log/slog"
-	"net/http"
 	"slices"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/agentmbx/agentmbx/mbx"
-	"github.com/agentmbx/agentmbx/relayclient"
 )
 
 // memRelay is an in-memory relay queue for one receiving host.
@@ -23,7 +21,7 @@ type memRelay struct {
 	acked   int64
 	pullErr []error // returned first, one per pull
 	ackErr  []error // returned first, one per ack
-	pulls   []relayclient.PullRequest
+	pulls   []PullRequest
 	acks    []int64
 }
 
@@ -36,7 +34,7 @@ func (m *memRelay) add(items ...mbx.PullItem) {
 	}
 }
 
-func (m *memRelay) Pull(_ context.Context, r relayclient.PullRequest) (mbx.PullResponse, error) {
+func (m *memRelay) Pull(_ context.Context, r PullRequest) (mbx.PullResponse, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.pulls = append(m.pulls, r)
@@ -46,7 +44,7 @@ func (m *memRelay) Pull(_ context.Context, r relayclient.PullRequest) (mbx.PullR
 		return mbx.PullResponse{}, err
 	}
 	if r.Epoch != "" && r.Epoch != m.epoch {
-		return mbx.PullResponse{}, &relayclient.EpochError{Op: "pull", Epoch: m.epoch}
+		return mbx.PullResponse{}, &RelayError{Kind: ErrEpochChanged, Epoch: m.epoch, Err: errors.New("pull: 409 epoch changed")}
 	}
 	p := mbx.PullResponse{Epoch: m.epoch, HeadSeq: m.head, LastSeq: r.After, Items: []mbx.PullItem{}}
 	for _, it := range m.items {
@@ -73,10 +71,10 @@ func (m *memRelay) Ack(_ context.Context, epoch string, through int64) (mbx.AckR
 		return mbx.AckResponse{}, err
 	}
 	if epoch != m.epoch {
-		return mbx.AckResponse{}, &relayclient.EpochError{Op: "ack", Epoch: m.epoch}
+		return mbx.AckResponse{}, &RelayError{Kind: ErrEpochChanged, Epoch: m.epoch, Err: errors.New("ack: 409 epoch changed")}
 	}
 	if through > m.head {
-		return mbx.AckResponse{}, &relayclient.StatusError{Op: "ack", Status: 400, Code: mbx.CodeBadAck}
+		return mbx.AckResponse{}, &RelayError{Kind: ErrRewound, Err: errors.New("ack: 400 " + mbx.CodeBadAck)}
 	}
 	n := int64(0)
 	m.items = slices.DeleteFunc(m.items, func(it mbx.PullItem) bool {
@@ -98,7 +96,7 @@ func (m *memRelay) restore(epoch string, head int64, items ...mbx.PullItem) {
 	m.epoch, m.items, m.head, m.acked = epoch, items, head, 0
 }
 
-func (m *memRelay) snapshot() (pulls []relayclient.PullRequest, acks []int64, left int) {
+func (m *memRelay) snapshot() (pulls []PullRequest, acks []int64, left int) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return slices.Clone(m.pulls), slices.Clone(m.acks), len(m.items)
@@ -176,7 +174,7 @@ func TestReceiverDrainsInPagesAndAcks(t *testing.T) {
 
 func TestReceiverAckFailureOnlyRepeatsTheAck(t *testing.T) {
 	s := openStore(t, "")
-	m := &memRelay{epoch: "ep1", ackErr: []error{&relayclient.StatusError{Op: "ack", Status: 503}}}
+	m := &memRelay{epoch: "ep1", ackErr: []error{&RelayError{Err: errors.New("ack: 503")}}}
 	m.add(pitem(10, "a"), pitem(20, "b"))
 	h := &mailbox{}
 	r, err := s.NewReceiver(relayURL, m, h, &ReceiverOptions{Logger: quiet()})
@@ -260,7 +258,7 @@ func TestReceiverRewindAndBadAck(t *testing.T) {
 	}
 	// The relay loses its head again between our pull and our ack: BAD_ACK.
 	m.add(pitem(40, "y"))
-	m.ackErr = []error{&relayclient.StatusError{Op: "ack", Status: 400, Code: mbx.CodeBadAck}}
+	m.ackErr = []error{&RelayError{Kind: ErrRewound, Err: errors.New("ack: 400 " + mbx.CodeBadAck)}}
 	st, err = r.Step(context.Background())
 	if err != nil || st.Reset != ResetBadAck || st.Position.ReceivedThrough != 0 {
 		t.Fatalf("BAD_ACK step: %+v, %v; want a bad-ack reset to 0", st, err)
@@ -304,7 +302,7 @@ func TestReceiverHandlerFailureBacksOffAndResumes(t *testing.T) {
 
 func TestReceiverReenrolsOnce(t *testing.T) {
 	s := openStore(t, "")
-	notEnrolled := &relayclient.StatusError{Op: "pull", Status: http.StatusUnauthorized}
+	notEnrolled := &RelayError{Kind: ErrNotEnrolled, Err: errors.New("pull: 401")}
 	m := &memRelay{epoch: "ep1", pullErr: []error{notEnrolled, notEnrolled, notEnrolled}}
 	m.add(pitem(10, "a"))
 	enrols := 0
@@ -325,16 +323,16 @@ func TestReceiverReenrolsOnce(t *testing.T) {
 
 func TestReceiverStopsOnRelayKeyChange(t *testing.T) {
 	s := openStore(t, "")
-	m := &memRelay{epoch: "ep1", pullErr: []error{&relayclient.KeyChangedError{URL: relayURL}}}
+	m := &memRelay{epoch: "ep1", pullErr: []error{&RelayError{Kind: ErrKeyChanged, Err: errors.New("relay key changed at " + relayURL)}}}
 	r, _, ctx := newRun(t, s, m, &mailbox{}, ReceiverOptions{}, idleStop)
-	if err := r.Run(ctx); !errors.Is(err, relayclient.ErrRelayKeyChanged) {
+	if err := r.Run(ctx); !errors.Is(err, ErrKeyChanged) {
 		t.Fatalf("run: %v, want ErrRelayKeyChanged", err)
 	}
 }
 
 func TestReceiverRetryAfterAndLongPoll(t *testing.T) {
 	s := openStore(t, "")
-	m := &memRelay{epoch: "ep1", pullErr: []error{&relayclient.StatusError{Op: "pull", Status: 429, RetryAfter: 30 * time.Second}}}
+	m := &memRelay{epoch: "ep1", pullErr: []error{&RelayError{Err: errors.New("pull: 429"), RetryAfter: 30 * time.Second}}}
 	now := t0
 	clock := func() time.Time { return now }
 	// The relay holds each empty long poll for the whole wait: the clock moves while it does.
@@ -371,7 +369,7 @@ type heldRelay struct {
 	cancel    context.CancelFunc
 }
 
-func (h *heldRelay) Pull(ctx context.Context, r relayclient.PullRequest) (mbx.PullResponse, error) {
+func (h *heldRelay) Pull(ctx context.Context, r PullRequest) (mbx.PullResponse, error) {
 	p, err := h.memRelay.Pull(ctx, r)
 	if err == nil && len(p.Items) == 0 {
 		h.advance()
@@ -390,7 +388,7 @@ type moreRelay struct {
 	cancel    context.CancelFunc
 }
 
-func (m *moreRelay) Pull(ctx context.Context, r relayclient.PullRequest) (mbx.PullResponse, error) {
+func (m *moreRelay) Pull(ctx context.Context, r PullRequest) (mbx.PullResponse, error) {
 	p, err := m.memRelay.Pull(ctx, r)
 	p.More = true
 	if len(m.memRelay.pulls) >= m.stopAfter {

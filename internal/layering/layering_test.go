@@ -84,6 +84,8 @@ func TestImportsPointDown(t *testing.T) {
 		switch {
 		case pkg == "host" && has("client"):
 			t.Errorf("host imports the SDK (client); the control socket's server side is host/control")
+		case pkg == "inbox" && has("relayclient"):
+			t.Errorf("inbox imports relayclient; it defines the small Relay interface it needs")
 		case (pkg == "mbx" || pkg == "api") && len(deps) > 0:
 			t.Errorf("%s imports %v; it must stand on the standard library alone", pkg, deps)
 		case (pkg == "client" || under(pkg, "host/control")) && slices.ContainsFunc(deps, func(d string) bool { return d != "api" }):
