@@ -37,11 +37,19 @@ type relayProc struct {
 // store in dir and waits until it listens.
 func startRelayProc(t *testing.T, dir, listen string) *relayProc {
 	t.Helper()
-	addrFile := dir + ".addr"
+	r := startRelay(t, dir+".addr", []string{relayserver.EnvRelayKey + "="}, "--store-dir", dir, "--listen", listen)
+	r.dir = dir
+	return r
+}
+
+// startRelay runs `agentmbx relay serve args... --addr-file addrFile` with env added to the
+// environment and waits until it listens.
+func startRelay(t *testing.T, addrFile string, env []string, args ...string) *relayProc {
+	t.Helper()
 	os.Remove(addrFile)
-	r := &relayProc{t: t, dir: dir, done: make(chan struct{}), log: &syncBuffer{}}
-	r.cmd = exec.Command(agentmbxPath(t), "relay", "serve", "--store-dir", dir, "--listen", listen, "--addr-file", addrFile)
-	r.cmd.Env = childEnv(relayserver.EnvRelayKey + "=")
+	r := &relayProc{t: t, done: make(chan struct{}), log: &syncBuffer{}}
+	r.cmd = exec.Command(agentmbxPath(t), append(append([]string{"relay", "serve"}, args...), "--addr-file", addrFile)...)
+	r.cmd.Env = childEnv(env...)
 	r.cmd.Stdout, r.cmd.Stderr = r.log, r.log
 	if err := r.cmd.Start(); err != nil {
 		t.Fatalf("start relay: %v", err)
