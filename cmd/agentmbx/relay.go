@@ -32,7 +32,7 @@ any restore made another way (a volume snapshot, a file copy) needs before the r
 		Args: cobra.NoArgs,
 	}
 	cmd.AddCommand(newRelayServeCmd(), newRelayKeygenCmd(), newRelayInfoCmd(),
-		newRelayBackupCmd(), newRelayRestoreCmd(), newRelayRotateEpochCmd())
+		newRelayBackupCmd(), newRelayRestoreCmd(), newRelayRotateEpochCmd(), newRelayBenchCmd())
 	cmd.AddCommand(relayHostCommands()...)
 	return cmd
 }

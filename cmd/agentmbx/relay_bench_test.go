@@ -1,0 +1,75 @@
+package main
+
+import (
+	"encoding/json"
+	"math"
+	"os"
+	"runtime"
+	"testing"
+)
+
+// TestRelayBenchJSON runs the real benchmark for one second per phase (about 3 s in all, more
+// under -race) and checks its figures for shape and consistency, never against a speed.
+func TestRelayBenchJSON(t *testing.T) {
+	dir := t.TempDir()
+	out, _, err := runRelay(t, "bench", "--seconds", "1", "--json", "--dir", dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var r map[string]float64
+	if err := json.Unmarshal([]byte(out), &r); err != nil {
+		t.Fatalf("bench --json printed %q: %v", out, err)
+	}
+	for _, k := range []string{"pushers", "batch", "seconds", "items", "items_per_s", "commits",
+		"commits_per_s", "units_per_commit", "items_per_commit", "disk_bytes_per_item",
+		"commit_per_item_items", "commit_per_item_items_per_s", "group_commit_gain", "fsync_per_s",
+		"ed25519_sign_us", "ed25519_verify_us", "floor_us_per_item"} {
+		if v, ok := r[k]; !ok || !(v > 0) || math.IsInf(v, 0) {
+			t.Errorf("%s = %v (present %v), want a positive number", k, v, ok)
+		}
+	}
+	if r["pushers"] != 64 || r["batch"] != 1 || r["seconds"] != 1 {
+		t.Errorf("pushers, batch, seconds = %v, %v, %v; want the defaults 64, 1 and the flag's 1",
+			r["pushers"], r["batch"], r["seconds"])
+	}
+	near := func(name string, got, want float64) {
+		t.Helper()
+		if math.Abs(got-want) > 1e-6*math.Max(1, math.Abs(want)) {
+			t.Errorf("%s = %v, want %v", name, got, want)
+		}
+	}
+	// Each push is one unit of one item, and a commit carries at least one unit.
+	near("items_per_commit", r["items_per_commit"], r["units_per_commit"]*r["batch"])
+	near("items_per_commit", r["items_per_commit"], r["items"]/r["commits"])
+	if r["commits"] > r["items"] {
+		t.Errorf("%v commits for %v items", r["commits"], r["items"])
+	}
+	near("group_commit_gain", r["group_commit_gain"], r["items_per_s"]/r["commit_per_item_items_per_s"])
+	near("floor_us_per_item", r["floor_us_per_item"],
+		r["ed25519_sign_us"]+(r["ed25519_sign_us"]+r["ed25519_verify_us"])/r["batch"])
+	if runtime.GOOS == "linux" || runtime.GOOS == "darwin" {
+		for _, k := range []string{"cpu_us_per_item", "commit_per_item_cpu_us_per_item", "floor_ratio"} {
+			if !(r[k] > 0) {
+				t.Errorf("%s = %v, want positive (getrusage works here)", k, r[k])
+			}
+		}
+		near("floor_ratio", r["floor_ratio"], r["cpu_us_per_item"]/r["floor_us_per_item"])
+	}
+	// It cleans up after itself, leaving the directory it was given.
+	if left, err := os.ReadDir(dir); err != nil || len(left) != 0 {
+		t.Errorf("bench left %v in --dir (%v)", left, err)
+	}
+}
+
+func TestRelayBenchRefusesBadFlags(t *testing.T) {
+	for _, args := range [][]string{
+		{"bench", "--batch", "201"},
+		{"bench", "--batch", "0", "--seconds", "1"},
+		{"bench", "--pushers", "-1"},
+		{"bench", "--seconds", "0"},
+	} {
+		if _, _, err := runRelay(t, args...); err == nil {
+			t.Errorf("relay %v ran, want an error", args)
+		}
+	}
+}
