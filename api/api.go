@@ -170,6 +170,9 @@ type OutboxRow struct {
 	Seq        int64  `json:"seq,omitempty"`
 	AcceptedAt string `json:"accepted_at,omitempty"`
 	Deadline   string `json:"deadline,omitempty"`
+	// Reason and EndedAt say why and when a row ended (expired, unconfirmed, rejected, done).
+	Reason  string `json:"reason,omitempty"`
+	EndedAt string `json:"ended_at,omitempty"`
 }
 
 // Agent is a local agent.
@@ -197,6 +200,8 @@ type Status struct {
 	Peers       int    `json:"peers"`
 	Agents      int    `json:"agents"`
 	OutboxDue   int    `json:"outbox_active"`
+	// Version is the agentmbx build that answered (the daemon's, over the socket).
+	Version string `json:"version,omitempty"`
 }
 
 // Error is the body of a failed control-socket request.
@@ -228,6 +233,9 @@ type RelaySetRequest struct {
 	// Key is the relay key's fingerprint (or the full base64 key) the owner expects; "" trusts
 	// the served key on first use.
 	Key string `json:"key,omitempty"`
+	// CA is a PEM bundle of CA certificates trusted for the relay's TLS certificate besides the
+	// system roots (a private CA); "" trusts the system roots only.
+	CA string `json:"ca,omitempty"`
 }
 
 // RelayStatus is what `agentmbx relay status` shows.
@@ -237,6 +245,8 @@ type RelayStatus struct {
 	RelayPubkey string `json:"relay_pubkey,omitempty"`
 	Fingerprint string `json:"fingerprint,omitempty"`
 	PinnedAt    string `json:"pinned_at,omitempty"`
+	// CA is the PEM bundle of the private CA pinned with the relay ("" for the system roots).
+	CA string `json:"ca,omitempty"`
 	// TOFU says the key was trusted on first use (relay set without --key).
 	TOFU bool `json:"tofu,omitempty"`
 	// Replaced is the fingerprint of the key this pin replaced (a relay set that confirmed a
@@ -256,6 +266,8 @@ type RelayStatus struct {
 	// Senders is how many peer keys the published sender allowlist names.
 	SendersAt string `json:"senders_at,omitempty"`
 	Senders   int    `json:"senders"`
+	// SendersCurrent says the published allowlist names exactly the peers pinned now.
+	SendersCurrent bool `json:"senders_current,omitempty"`
 	// ReceivedThrough and PositionEpoch are the receive checkpoint at this relay.
 	ReceivedThrough int64  `json:"received_through"`
 	PositionEpoch   string `json:"position_epoch,omitempty"`

@@ -54,6 +54,8 @@ type relayState struct {
 	RelayKey string `json:"relay_pubkey"`
 	PinnedAt string `json:"pinned_at"`
 	TOFU     bool   `json:"tofu,omitempty"`
+	// CA is the PEM bundle of a private CA trusted for the relay's certificate ("" for none).
+	CA string `json:"ca,omitempty"`
 
 	// Epoch is the relay epoch last seen in an info, push or pull answer ("" before any).
 	Epoch  string      `json:"epoch,omitempty"`
@@ -217,7 +219,7 @@ func (h *Host) relayLink() (*relayLink, error) {
 	if s.KeyChange != nil {
 		return nil, ErrRelayStopped
 	}
-	c, err := relayclient.New(s.pin(), h.name, h.key, &relayclient.Options{Clock: h.clock, Logger: h.log})
+	c, err := relayclient.New(s.pin(), h.name, h.key, &relayclient.Options{Clock: h.clock, Logger: h.log, CA: []byte(s.CA)})
 	if err != nil {
 		return nil, err
 	}
@@ -415,7 +417,12 @@ func (h *Host) RelaySet(ctx context.Context, req api.RelaySetRequest) (api.Relay
 			return api.RelayStatus{}, fmt.Errorf("host: relay set: %w: key %q is not a fingerprint (xxxx-xxxx-xxxx-xxxx) or a base64 key", ErrInvalid, clip(fp, 60))
 		}
 	}
-	info, err := relayclient.Discover(ctx, url, &relayclient.Options{Clock: h.clock, Logger: h.log})
+	if req.CA != "" {
+		if _, err := relayclient.CertPool([]byte(req.CA)); err != nil {
+			return api.RelayStatus{}, fmt.Errorf("host: relay set: %w: %v", ErrInvalid, err)
+		}
+	}
+	info, err := relayclient.Discover(ctx, url, &relayclient.Options{Clock: h.clock, Logger: h.log, CA: []byte(req.CA)})
 	if err != nil {
 		return api.RelayStatus{}, fmt.Errorf("host: relay set %s: %w: %w", url, ErrRelayUnreachable, err)
 	}
@@ -435,9 +442,10 @@ func (h *Host) RelaySet(ctx context.Context, req api.RelaySetRequest) (api.Relay
 			return err
 		}
 		if old != nil && old.URL == pin.URL && old.RelayKey == pin.RelayKey {
-			if old.KeyChange != nil || (fp != "" && old.TOFU) {
+			if old.KeyChange != nil || (fp != "" && old.TOFU) || old.CA != req.CA {
 				old.KeyChange = nil
 				old.TOFU = old.TOFU && fp == ""
+				old.CA = req.CA
 				return saveRelayTx(tx, old)
 			}
 			return nil
@@ -447,7 +455,7 @@ func (h *Host) RelaySet(ctx context.Context, req api.RelaySetRequest) (api.Relay
 		}
 		lim := info.Limits
 		return saveRelayTx(tx, &relayState{URL: pin.URL, RelayKey: pin.RelayKey, PinnedAt: mbx.ISOTime(h.clock()),
-			TOFU: fp == "", Limits: &lim, Epoch: info.Epoch})
+			TOFU: fp == "", CA: req.CA, Limits: &lim, Epoch: info.Epoch})
 	})
 	if err != nil {
 		return api.RelayStatus{}, fmt.Errorf("host: relay set: %w", err)
@@ -502,7 +510,7 @@ func (h *Host) RelayStatus(ctx context.Context) (api.RelayStatus, error) {
 			return err
 		}
 		st.Configured, st.URL, st.RelayPubkey, st.Fingerprint = true, s.URL, s.RelayKey, mbx.Fingerprint(s.RelayKey)
-		st.PinnedAt, st.TOFU, st.Epoch = s.PinnedAt, s.TOFU, s.Epoch
+		st.PinnedAt, st.TOFU, st.Epoch, st.CA = s.PinnedAt, s.TOFU, s.Epoch, s.CA
 		if s.KeyChange != nil {
 			st.Stopped = true
 			kc := *s.KeyChange
@@ -516,6 +524,9 @@ func (h *Host) RelayStatus(ctx context.Context) (api.RelayStatus, error) {
 		}
 		if s.Senders != nil {
 			st.SendersAt, st.Senders = s.Senders.At, s.Senders.Count
+			if st.SendersCurrent, err = sendersCurrentTx(tx, s); err != nil {
+				return err
+			}
 		}
 		for _, p := range s.Problems {
 			st.Problems = append(st.Problems, p)

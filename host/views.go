@@ -11,6 +11,7 @@ import (
 	"go.etcd.io/bbolt"
 
 	"github.com/agentmbx/agentmbx/api"
+	"github.com/agentmbx/agentmbx/internal/version"
 	"github.com/agentmbx/agentmbx/mbx"
 	"github.com/agentmbx/agentmbx/outbox"
 )
@@ -29,6 +30,7 @@ func apiRow(r outbox.Row) api.OutboxRow {
 		Transport: r.Transport.String(), Attempts: r.Attempts, NextAt: isoOrEmpty(r.NextAt),
 		LastError: r.LastError, Relay: r.Relay, Epoch: r.Epoch, Seq: r.Seq,
 		AcceptedAt: isoOrEmpty(r.AcceptedAt), Deadline: isoOrEmpty(r.Deadline),
+		Reason: r.Reason, EndedAt: isoOrEmpty(r.EndedAt),
 	}
 }
 
@@ -124,7 +126,7 @@ func (h *Host) Status(ctx context.Context) (api.Status, error) {
 	if err := ctx.Err(); err != nil {
 		return api.Status{}, err
 	}
-	st := api.Status{Host: h.name, HostPubkey: h.key.PublicKey(), Fingerprint: h.key.Fingerprint()}
+	st := api.Status{Host: h.name, HostPubkey: h.key.PublicKey(), Fingerprint: h.key.Fingerprint(), Version: version.String()}
 	h.mu.Lock()
 	st.Listen, st.Daemon = h.listen, h.daemon
 	if h.bound != "" {

@@ -22,9 +22,12 @@ func main() {
 // everything else. The error itself has been printed by Main.
 func exitCode(err error) int {
 	var ue *usageError
+	var es *exitStatus
 	switch {
 	case err == nil:
 		return 0
+	case errors.As(err, &es):
+		return es.code
 	case errors.As(err, &ue):
 		return 2
 	default:

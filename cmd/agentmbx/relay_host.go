@@ -14,6 +14,7 @@ import (
 
 	"github.com/agentmbx/agentmbx/api"
 	"github.com/agentmbx/agentmbx/mbx"
+	"github.com/agentmbx/agentmbx/relayclient"
 )
 
 // relayHostCommands are the relay subcommands that configure and inspect this host's use of a
@@ -32,11 +33,11 @@ func (c *conn) relay() api.RelayService {
 
 func newRelaySetCmd() *cobra.Command {
 	var (
-		home, key string
-		asJSON    bool
+		home, key, caFile string
+		asJSON            bool
 	)
 	cmd := &cobra.Command{
-		Use:   "set URL [--key FINGERPRINT]",
+		Use:   "set URL [--key FINGERPRINT] [--ca FILE]",
 		Short: "Use the relay at URL for peers the LAN does not reach",
 		Long: `Pin the relay at URL: fetch its info, show its key's fingerprint and pin it. With --key the
 served key must have that fingerprint (or be that base64 key), else nothing is pinned; without it
@@ -46,13 +47,27 @@ If the relay later serves another key, this host stops using it and ` + "`agentm
 so, until the owner confirms the new key by running relay set again (with --key).
 
 The daemon then enrols this host at the relay, publishes its enc-key ad and the list of peers
-allowed to send to it, and sends mail through the relay to peers it cannot reach on the LAN.`,
+allowed to send to it, and sends mail through the relay to peers it cannot reach on the LAN.
+
+An https relay's certificate must verify against the system roots, or against the private CA
+given with --ca (its PEM file; kept with the pin). A plain http:// URL to anything but loopback
+works (hops are signed and bodies sealed) but shows its metadata to the network: it is warned
+about here and by doctor.`,
+		Example: `  agentmbx relay set https://relay.example.com --key a9d0-987f-ae26-edc0
+  agentmbx relay set https://relay.internal:7374 --key a9d0-987f-ae26-edc0 --ca ./private-ca.pem`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			ca, err := readCA(caFile)
+			if err != nil {
+				return err
+			}
 			return withConn(cmd, home, func(ctx context.Context, c *conn) error {
-				st, err := c.relay().RelaySet(ctx, api.RelaySetRequest{URL: args[0], Key: key})
+				st, err := c.relay().RelaySet(ctx, api.RelaySetRequest{URL: args[0], Key: key, CA: string(ca)})
 				if err != nil {
-					return err
+					return explainRelayErr(err)
+				}
+				if relayclient.PlainRemote(st.URL) {
+					fmt.Fprintln(cmd.ErrOrStderr(), "warning: plain http to a remote relay: hops are signed and bodies sealed, but who talks to whom travels in clear; prefer https")
 				}
 				if asJSON {
 					return printJSON(cmd.OutOrStdout(), st)
@@ -75,7 +90,8 @@ allowed to send to it, and sends mail through the relay to peers it cannot reach
 		},
 	}
 	addHomeFlag(cmd, &home)
-	cmd.Flags().StringVar(&key, "key", "", "the relay key's fingerprint (xxxx-xxxx-xxxx-xxxx) to require instead of trusting the first answer")
+	cmd.Flags().StringVar(&key, "key", "", "the relay key's fingerprint (xxxx-xxxx-xxxx-xxxx, ed25519: prefix and case optional) to require instead of trusting the first answer")
+	cmd.Flags().StringVar(&caFile, "ca", "", "trust the relay's certificate when the private CA in this PEM file signed it")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the relay status as JSON")
 	return cmd
 }
@@ -110,7 +126,12 @@ func newRelayStatusCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "status [--json]",
 		Short: "Show the pinned relay and what this host did with it",
-		Args:  cobra.NoArgs,
+		Long: `Show the pinned relay and what this host did with it: the pin, enrolment, epoch, publications,
+the receive position, the rows the relay holds, quarantine and the last failures. It exits 1 when
+relay use is stopped (the relay served another key, or refused the enrolment), with the fix.`,
+		Example: `  agentmbx relay status
+  agentmbx relay status --json`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return withConn(cmd, home, func(ctx context.Context, c *conn) error {
 				st, err := c.relay().RelayStatus(ctx)
@@ -118,9 +139,14 @@ func newRelayStatusCmd() *cobra.Command {
 					return err
 				}
 				if asJSON {
-					return printJSON(cmd.OutOrStdout(), st)
+					err = printJSON(cmd.OutOrStdout(), st)
+				} else {
+					err = printRelayStatus(cmd.OutOrStdout(), st)
 				}
-				return printRelayStatus(cmd.OutOrStdout(), st)
+				if err == nil && relayBlocked(st) != "" {
+					return &exitStatus{code: 1, why: relayBlocked(st)}
+				}
+				return err
 			})
 		},
 	}
@@ -141,10 +167,14 @@ func printRelayStatus(w io.Writer, st api.RelayStatus) error {
 		fp += " (trusted on first use)"
 	}
 	line("key", fp)
-	if st.Stopped && st.KeyChange != nil {
+	switch enrolErr := enrolRefusal(st); {
+	case st.Stopped && st.KeyChange != nil:
 		line("state", fmt.Sprintf("STOPPED: the relay served key %s, not the pinned %s (at %s)", st.KeyChange.Served, st.KeyChange.Pinned, st.KeyChange.At))
-		line("", "if the relay really has a new key, confirm it: agentmbx relay set "+st.URL+" --key "+st.KeyChange.Served)
-	} else {
+		line("fix", "if the relay really has a new key, confirm it: agentmbx relay set "+st.URL+" --key "+st.KeyChange.Served)
+	case enrolErr != "":
+		line("state", "STOPPED: the relay refused the enrolment: "+enrolErr)
+		line("fix", "ask the relay's operator to admit this host's key, then restart the daemon (agentmbx daemon)")
+	default:
 		line("state", "in use")
 	}
 	line("epoch", orDash(st.Epoch))
@@ -180,6 +210,30 @@ func printRelayStatus(w io.Writer, st api.RelayStatus) error {
 		line("daemon", "not running: nothing goes through the relay until `agentmbx daemon` runs")
 	}
 	return nil
+}
+
+// enrolRefusal is the relay's refusal of the last enrolment ("" when it was not refused).
+func enrolRefusal(st api.RelayStatus) string {
+	for _, p := range st.Problems {
+		if p.Op == "enrol" {
+			return p.Error
+		}
+	}
+	return ""
+}
+
+// relayBlocked says why relay use is stopped ("" when it is not): a served key other than the
+// pin, or a refused enrolment.
+func relayBlocked(st api.RelayStatus) string {
+	switch {
+	case !st.Configured:
+		return ""
+	case st.Stopped:
+		return "relay use stopped: the relay serves another key"
+	case enrolRefusal(st) != "":
+		return "relay use stopped: the relay refused the enrolment"
+	}
+	return ""
 }
 
 func orDash(s string) string {

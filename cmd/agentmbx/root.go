@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"io"
 	"strings"
 
@@ -19,7 +20,8 @@ func Main(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io
 	root.SetOut(stdout)
 	root.SetErr(stderr)
 	cmd, err := root.ExecuteContextC(ctx)
-	if err != nil {
+	var es *exitStatus
+	if err != nil && !errors.As(err, &es) {
 		if isUsageErr(cmd, err) {
 			err = &usageError{err}
 		}
@@ -45,6 +47,7 @@ func newRootCmd() *cobra.Command {
 	root.AddCommand(newAgentsCmd(), newPeersCmd())
 	root.AddCommand(newPairCmd(), newJoinCmd())
 	root.AddCommand(newRelayCmd())
+	root.AddCommand(newDoctorCmd())
 	return root
 }
 

@@ -1,0 +1,217 @@
+package doctor
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"net/http"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/agentmbx/agentmbx/api"
+	"github.com/agentmbx/agentmbx/internal/fsutil"
+	"github.com/agentmbx/agentmbx/mbx"
+	"github.com/agentmbx/agentmbx/relayclient"
+)
+
+// File names in the host home that doctor reads (the host's) or writes (MarkerFile).
+const (
+	HostKeyFile = "host.key"
+	EncKeyFile  = "enc.key"
+	StateFile   = "state.db"
+	// MarkerFile holds the time of the last doctor run ({"at": ISO time}).
+	MarkerFile = "doctor.json"
+)
+
+// Env is what Run checks: a host home and the host reached in it.
+type Env struct {
+	// Home is the host home directory.
+	Home string
+	// Host is the host: the daemon's over its socket, or the store opened by this process. Nil
+	// when it could not be reached; OpenErr says why.
+	Host    api.Service
+	Relay   api.RelayService
+	OpenErr error
+	// Daemon says Host is a running daemon, answering on its control socket.
+	Daemon bool
+	// Version is this binary's version (internal/version), compared with the daemon's.
+	Version string
+	// Now is the clock (default time.Now).
+	Now func() time.Time
+	// HTTPClient probes peers over the LAN (default: one with a 5 s timeout).
+	HTTPClient *http.Client
+	// RelayHTTPClient, when set, sends the relay probe (tests); else relayclient's own, which
+	// trusts the CA pinned with the relay.
+	RelayHTTPClient *http.Client
+	// RelayTimeout bounds the relay probe (default 10 s).
+	RelayTimeout time.Duration
+	// NoMarker leaves the last-doctor marker alone (neither read nor written).
+	NoMarker bool
+}
+
+// Run runs every check and returns the report; a failed check makes Report.OK false. It then
+// records the time of this run in the home's MarkerFile (unless NoMarker).
+func Run(ctx context.Context, env Env) Report {
+	if env.Now == nil {
+		env.Now = time.Now
+	}
+	if env.HTTPClient == nil {
+		env.HTTPClient = &http.Client{Timeout: 5 * time.Second,
+			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	}
+	if env.RelayTimeout <= 0 {
+		env.RelayTimeout = 10 * time.Second
+	}
+	r := &Report{OK: true}
+	st, ok := checkHost(ctx, env, r)
+	if !ok {
+		return *r
+	}
+	checkModes(env, r)
+	checkDaemon(env, st, r)
+	var last time.Time
+	if !env.NoMarker {
+		last = readMarker(env.Home)
+	}
+	rs, err := env.Relay.RelayStatus(ctx)
+	if err != nil {
+		r.add(Check{ID: "relay", Status: Fail, Summary: "relay status unreadable: " + err.Error()})
+	}
+	checkPeers(ctx, env, rs, r)
+	checkRelay(ctx, env, rs, r)
+	checkOutbox(ctx, env, last, r)
+	checkQuarantine(rs, r)
+	if !env.NoMarker {
+		if err := writeMarker(env.Home, env.Now()); err != nil {
+			r.add(Check{ID: "doctor.marker", Status: Warn, Summary: "could not record this run: " + err.Error(),
+				Detail: "the next doctor reports ended rows since an older run"})
+		}
+	}
+	return *r
+}
+
+// checkHost: the host is initialised and answers. It reports whether the other checks can run.
+func checkHost(ctx context.Context, env Env, r *Report) (api.Status, bool) {
+	if _, err := os.Stat(filepath.Join(env.Home, HostKeyFile)); errors.Is(err, fs.ErrNotExist) {
+		r.add(Check{ID: "host", Status: Fail, Summary: "no host in " + env.Home,
+			Detail: "there is no " + HostKeyFile + " in the home directory",
+			Fix:    "agentmbx init --host NAME --home " + env.Home})
+		return api.Status{}, false
+	}
+	if env.Host == nil {
+		msg := "the host cannot be opened"
+		if env.OpenErr != nil {
+			msg += ": " + env.OpenErr.Error()
+		}
+		r.add(Check{ID: "host", Status: Fail, Summary: msg, Detail: "home " + env.Home})
+		return api.Status{}, false
+	}
+	st, err := env.Host.Status(ctx)
+	if err != nil {
+		r.add(Check{ID: "host", Status: Fail, Summary: "host status: " + err.Error(), Detail: "home " + env.Home})
+		return api.Status{}, false
+	}
+	r.add(Check{ID: "host", Status: OK, Summary: fmt.Sprintf("%s, key %s", st.Host, st.Fingerprint),
+		Detail: "home " + env.Home})
+	return st, true
+}
+
+// checkModes: the home is 0700 and the key files 0600 (nobody else can read them).
+func checkModes(env Env, r *Report) {
+	var bad []string
+	want := []struct {
+		name string
+		max  fs.FileMode
+	}{{"", 0o700}, {HostKeyFile, 0o600}, {EncKeyFile, 0o600}, {StateFile, 0o600}}
+	for _, w := range want {
+		p := filepath.Join(env.Home, w.name)
+		fi, err := os.Stat(p)
+		if err != nil {
+			if w.name != StateFile || !errors.Is(err, fs.ErrNotExist) {
+				bad = append(bad, fmt.Sprintf("%s: %v", p, err))
+			}
+			continue
+		}
+		if m := fi.Mode().Perm(); m&^w.max != 0 {
+			bad = append(bad, fmt.Sprintf("%s is %04o, want %04o", p, m, w.max))
+		}
+	}
+	if len(bad) > 0 {
+		r.add(Check{ID: "home.modes", Status: Fail, Summary: "others can read the host's files",
+			Detail: joinLines(bad),
+			Fix: fmt.Sprintf("chmod 700 %s && chmod 600 %s %s %s", env.Home, filepath.Join(env.Home, HostKeyFile),
+				filepath.Join(env.Home, EncKeyFile), filepath.Join(env.Home, StateFile))})
+		return
+	}
+	r.add(Check{ID: "home.modes", Status: OK, Summary: "home 0700, keys and store 0600"})
+}
+
+// checkDaemon: the daemon runs and answers on its socket, with this binary's version.
+func checkDaemon(env Env, st api.Status, r *Report) {
+	sock := filepath.Join(env.Home, api.SocketName)
+	if !env.Daemon {
+		r.add(Check{ID: "daemon", Status: Warn, Summary: "not running: no mail leaves or arrives until it does",
+			Detail: "no answer on " + sock + "; the checks below read the store directly",
+			Fix:    "agentmbx daemon --home " + env.Home})
+		return
+	}
+	r.add(Check{ID: "daemon", Status: OK, Summary: "running, answering on " + sock})
+	switch {
+	case st.Version == "":
+		r.add(Check{ID: "daemon.version", Status: Warn, Summary: "the daemon does not say its version (an older build)",
+			Detail: "this binary is " + env.Version, Fix: "restart the daemon with this binary: agentmbx daemon --home " + env.Home})
+	case st.Version != env.Version:
+		r.add(Check{ID: "daemon.version", Status: Warn, Summary: fmt.Sprintf("the daemon runs %s, this binary is %s", st.Version, env.Version),
+			Fix: "restart the daemon with this binary: agentmbx daemon --home " + env.Home})
+	default:
+		r.add(Check{ID: "daemon.version", Status: OK, Summary: "same build as this binary: " + st.Version})
+	}
+}
+
+func joinLines(ls []string) string {
+	out := ""
+	for i, l := range ls {
+		if i > 0 {
+			out += "\n"
+		}
+		out += l
+	}
+	return out
+}
+
+// marker is MarkerFile's content.
+type marker struct {
+	At string `json:"at"`
+}
+
+func readMarker(home string) time.Time {
+	b, err := os.ReadFile(filepath.Join(home, MarkerFile))
+	if err != nil {
+		return time.Time{}
+	}
+	var m marker
+	if json.Unmarshal(b, &m) != nil {
+		return time.Time{}
+	}
+	t, err := mbx.ParseISOTime(m.At)
+	if err != nil {
+		return time.Time{}
+	}
+	return t
+}
+
+func writeMarker(home string, now time.Time) error {
+	b, err := json.Marshal(marker{At: mbx.ISOTime(now)})
+	if err != nil {
+		return err
+	}
+	return fsutil.WriteFileAtomic(filepath.Join(home, MarkerFile), append(b, '\n'), 0o600)
+}
+
+// relayOptions are the relay client options of the relay pinned as rs.
+func relayOptions(env Env, rs api.RelayStatus) *relayclient.Options {
+	return &relayclient.Options{CA: []byte(rs.CA), Timeout: env.RelayTimeout, Clock: env.Now, HTTPClient: env.RelayHTTPClient}
+}

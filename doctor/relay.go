@@ -1,0 +1,178 @@
+package doctor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/agentmbx/agentmbx/api"
+	"github.com/agentmbx/agentmbx/mbx"
+	"github.com/agentmbx/agentmbx/relayclient"
+)
+
+// Clock skew the relay tolerates on a signed hop, and where doctor starts to warn.
+const (
+	skewFail = 5 * time.Minute
+	skewWarn = time.Minute
+	// adWarn is how long before its expiry a published enc-key ad is warned about (the daemon
+	// republishes it daily).
+	adWarn = 3 * 24 * time.Hour
+)
+
+// checkRelay: the pinned relay, how its key was pinned, and what the relay serves now.
+func checkRelay(ctx context.Context, env Env, rs api.RelayStatus, r *Report) {
+	if !rs.Configured {
+		r.add(Check{ID: "relay", Status: Info, Summary: "no relay set: only peers on the LAN are reached",
+			Fix: "agentmbx relay set URL --key FINGERPRINT (for peers on other networks)"})
+		return
+	}
+	how := "pinned with --key"
+	if rs.TOFU {
+		how = "trusted on first use"
+	}
+	r.add(Check{ID: "relay", Status: OK, Summary: rs.URL + ", key " + rs.Fingerprint + " " + how,
+		Detail: "pinned " + rs.PinnedAt})
+	if rs.TOFU {
+		r.add(Check{ID: "relay.pin", Status: Warn, Summary: "the relay key was trusted on first use, not checked against its operator's fingerprint",
+			Fix: "agentmbx relay set " + rs.URL + " --key " + rs.Fingerprint + " (after comparing the fingerprint with the relay's operator)"})
+	}
+	if relayclient.PlainRemote(rs.URL) {
+		r.add(Check{ID: "relay.tls", Status: Warn, Summary: "plain http to a remote relay: who talks to whom travels in clear",
+			Detail: "hops are signed and bodies sealed, so nothing can be read or forged, but metadata is visible",
+			Fix:    "serve the relay with --tls-cert/--tls-key or --acme-domain (or behind a TLS proxy) and agentmbx relay set https://…"})
+	}
+	ctx, cancel := context.WithTimeout(ctx, env.RelayTimeout)
+	defer cancel()
+	p, err := relayclient.DiscoverProbe(ctx, rs.URL, relayOptions(env, rs))
+	if err != nil {
+		c := Check{ID: "relay.reach", Status: Fail, Summary: "relay unreachable: " + err.Error(),
+			Fix: "agentmbx relay info " + rs.URL + " (is the relay running, is the URL right?)"}
+		if errors.Is(err, relayclient.ErrUntrustedCert) {
+			c.Fix = "agentmbx relay set " + rs.URL + " --key " + rs.Fingerprint + " --ca CA.pem (for a private CA)"
+		}
+		r.add(c)
+		checkRelayState(env, rs, "", r)
+		return
+	}
+	r.add(Check{ID: "relay.reach", Status: OK, Summary: "answers, version " + orDash(p.Info.Version) + ", epoch " + p.Info.Epoch})
+	checkRelayKey(rs, p.Info, r)
+	checkClock(p, r)
+	checkRelayState(env, rs, p.Info.Epoch, r)
+}
+
+// checkRelayKey: the relay serves the pinned key, and relay use is not stopped.
+func checkRelayKey(rs api.RelayStatus, info mbx.InfoResponse, r *Report) {
+	served := mbx.Fingerprint(info.RelayPubkey)
+	switch {
+	case info.RelayPubkey != rs.RelayPubkey:
+		r.add(Check{ID: "relay.key", Status: Fail, Summary: fmt.Sprintf("the relay serves key %s, not the pinned %s", served, rs.Fingerprint),
+			Detail: "relay use stops until the owner confirms the new key; compare it with the relay's operator first",
+			Fix:    "agentmbx relay set " + rs.URL + " --key " + served})
+	case rs.Stopped && rs.KeyChange != nil:
+		r.add(Check{ID: "relay.key", Status: Fail, Summary: fmt.Sprintf("relay use is stopped: the relay served key %s at %s", rs.KeyChange.Served, rs.KeyChange.At),
+			Detail: "it serves the pinned key " + rs.Fingerprint + " again now",
+			Fix:    "agentmbx relay set " + rs.URL + " --key " + rs.Fingerprint})
+	default:
+		r.add(Check{ID: "relay.key", Status: OK, Summary: "serves the pinned key " + rs.Fingerprint})
+	}
+}
+
+// checkClock: this host's clock against the relay's Date header.
+func checkClock(p relayclient.Probe, r *Report) {
+	if p.Date.IsZero() {
+		r.add(Check{ID: "relay.clock", Status: Info, Summary: "the relay sent no Date header: clock skew unknown"})
+		return
+	}
+	skew := p.Skew()
+	abs := skew.Abs()
+	desc := fmt.Sprintf("this clock is %s %s the relay's", abs.Round(time.Second), map[bool]string{true: "behind", false: "ahead of"}[skew > 0])
+	switch {
+	case abs >= skewFail:
+		r.add(Check{ID: "relay.clock", Status: Fail, Summary: desc + ": signed requests are refused beyond 5 minutes",
+			Fix: "synchronise this machine's clock (NTP: timedatectl set-ntp true)"})
+	case abs >= skewWarn:
+		r.add(Check{ID: "relay.clock", Status: Warn, Summary: desc + " (refused beyond 5 minutes)",
+			Fix: "synchronise this machine's clock (NTP: timedatectl set-ntp true)"})
+	default:
+		r.add(Check{ID: "relay.clock", Status: OK, Summary: "within a minute of the relay's (" + abs.Round(time.Second).String() + ")"})
+	}
+}
+
+// checkRelayState: enrolment under the current relay key and epoch (the enrolment cache the
+// daemon keeps, spec G13), the enc-key ad, the sender allowlist, and the last failures. served is
+// the epoch the relay serves now ("" when unknown).
+func checkRelayState(env Env, rs api.RelayStatus, served string, r *Report) {
+	daemonFix := ""
+	if !env.Daemon {
+		daemonFix = "agentmbx daemon --home " + env.Home
+	}
+	refused := ""
+	for _, p := range rs.Problems {
+		if p.Op == "enrol" {
+			refused = p.Error
+		}
+	}
+	switch {
+	case refused != "":
+		r.add(Check{ID: "relay.enrol", Status: Fail, Summary: "the relay refused the enrolment: " + refused,
+			Fix: "ask the relay's operator to admit this host's key, then restart the daemon"})
+	case served != "" && rs.Epoch != "" && served != rs.Epoch:
+		r.add(Check{ID: "relay.enrol", Status: Warn, Summary: "the relay has a new epoch " + served + " (a restore or reset): re-enrolment due",
+			Detail: fmt.Sprintf("enrolled under epoch %s; the daemon enrols again, re-pushes what the relay held and pulls from 0", rs.Epoch),
+			Fix:    daemonFix})
+	case rs.Enrolled:
+		r.add(Check{ID: "relay.enrol", Status: OK, Summary: fmt.Sprintf("enrolled under key %s, epoch %s", rs.Fingerprint, rs.Epoch),
+			Detail: "at " + rs.EnrolledAt})
+	default:
+		r.add(Check{ID: "relay.enrol", Status: Warn, Summary: "not enrolled yet under key " + rs.Fingerprint + ", epoch " + orDash(rs.Epoch),
+			Detail: "the daemon enrols within a minute of starting", Fix: daemonFix})
+	}
+	checkEncAd(env, rs, r, daemonFix)
+	switch {
+	case rs.SendersAt == "":
+		r.add(Check{ID: "relay.senders", Status: Warn, Summary: "sender allowlist not published: the relay accepts pushes to this host from any enrolled key",
+			Fix: daemonFix})
+	case !rs.SendersCurrent:
+		r.add(Check{ID: "relay.senders", Status: Warn, Summary: fmt.Sprintf("the published allowlist (%d keys, %s) is not the current peers", rs.Senders, rs.SendersAt),
+			Detail: "the daemon republishes it within a minute", Fix: daemonFix})
+	default:
+		r.add(Check{ID: "relay.senders", Status: OK, Summary: fmt.Sprintf("allowlist of %d peer keys published %s, current", rs.Senders, rs.SendersAt)})
+	}
+	for _, p := range rs.Problems {
+		if p.Op == "enrol" {
+			continue
+		}
+		r.add(Check{ID: "relay." + p.Op, Status: Warn, Summary: "last " + p.Op + " failed: " + p.Error, Detail: "at " + p.At})
+	}
+}
+
+func checkEncAd(env Env, rs api.RelayStatus, r *Report, fix string) {
+	if rs.EncAdAt == "" {
+		r.add(Check{ID: "relay.enc-ad", Status: Warn, Summary: "enc-key ad not published at the relay", Fix: fix})
+		return
+	}
+	exp, err := mbx.ParseISOTime(rs.EncAdExp)
+	left := exp.Sub(env.Now())
+	switch {
+	case err != nil:
+		r.add(Check{ID: "relay.enc-ad", Status: Warn, Summary: "enc-key ad published " + rs.EncAdAt + ", expiry unreadable"})
+	case left <= 0:
+		r.add(Check{ID: "relay.enc-ad", Status: Fail, Summary: "enc-key ad expired " + rs.EncAdExp + ": senders cannot seal mail to this host through the relay",
+			Fix: orText(fix, "the daemon republishes it daily; check its log")})
+	case left < adWarn:
+		r.add(Check{ID: "relay.enc-ad", Status: Warn, Summary: "enc-key ad expires soon: " + rs.EncAdExp,
+			Fix: orText(fix, "the daemon republishes it daily; check its log")})
+	default:
+		r.add(Check{ID: "relay.enc-ad", Status: OK, Summary: "enc-key ad published " + rs.EncAdAt + ", expires " + rs.EncAdExp})
+	}
+}
+
+func orDash(s string) string { return orText(s, "-") }
+
+func orText(s, alt string) string {
+	if s == "" {
+		return alt
+	}
+	return s
+}
