@@ -10,6 +10,7 @@ require (
 	github.com/spf13/cobra v1.10.2
 	go.etcd.io/bbolt v1.5.0
 	golang.org/x/crypto v0.59.0
+	golang.org/x/time v0.16.0
 	modernc.org/sqlite v1.62.0
 )
 

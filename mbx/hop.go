@@ -52,9 +52,8 @@ func VerifyLANHop(pubB64 string, h http.Header, method, pathname string, body []
 	if h.Get(HeaderHost) == "" || ts == "" || sig == "" {
 		return fmt.Errorf("%w: missing x-mbx headers", ErrBadHop)
 	}
-	t, err := ParseISOTime(ts)
-	if err != nil || absDuration(now.Sub(t)) > HopWindow {
-		return fmt.Errorf("%w: %w", ErrBadHop, ErrStaleHop)
+	if err := CheckLANHopTime(h, now); err != nil {
+		return err
 	}
 	if !Verify(pubB64, LANHopInput(method, pathname, ts, body), sig) {
 		return fmt.Errorf("%w: bad hop signature", ErrBadHop)
@@ -122,9 +121,8 @@ func VerifyRelayHop(pubB64 string, h http.Header, method, signedPath string, bod
 	if ts == "" || sig == "" {
 		return fmt.Errorf("%w: missing x-mbx headers", ErrBadHop)
 	}
-	ms, err := strconv.ParseInt(ts, 10, 64)
-	if err != nil || absDuration(now.Sub(time.UnixMilli(ms))) > HopWindow {
-		return fmt.Errorf("%w: %w", ErrBadHop, ErrStaleHop)
+	if err := CheckRelayHopTime(h, now); err != nil {
+		return err
 	}
 	if !Verify(pubB64, RelayHopInput(method, signedPath, ts, body), sig) {
 		return fmt.Errorf("%w: bad hop signature", ErrBadHop)
@@ -132,9 +130,28 @@ func VerifyRelayHop(pubB64 string, h http.Header, method, signedPath string, bod
 	return nil
 }
 
-func absDuration(d time.Duration) time.Duration {
-	if d < 0 {
-		return -d
+// InHopWindow reports whether t is within HopWindow of now, either way, inclusive. It compares
+// instants: a subtracted Duration saturates for a timestamp centuries away, which would let it
+// pass.
+func InHopWindow(t, now time.Time) bool {
+	return !t.Before(now.Add(-HopWindow)) && !t.After(now.Add(HopWindow))
+}
+
+// CheckRelayHopTime checks the x-mbx-ts of a relay hop (decimal ms since the Unix epoch) against
+// the window around now, so a server can refuse a stale hop before it reads the body.
+func CheckRelayHopTime(h http.Header, now time.Time) error {
+	ms, err := strconv.ParseInt(h.Get(HeaderTS), 10, 64)
+	if err != nil || !InHopWindow(time.UnixMilli(ms), now) {
+		return fmt.Errorf("%w: %w", ErrBadHop, ErrStaleHop)
 	}
-	return d
+	return nil
+}
+
+// CheckLANHopTime checks the x-mbx-ts of a LAN hop (ISO-8601 ms) against the window around now.
+func CheckLANHopTime(h http.Header, now time.Time) error {
+	t, err := ParseISOTime(h.Get(HeaderTS))
+	if err != nil || !InHopWindow(t, now) {
+		return fmt.Errorf("%w: %w", ErrBadHop, ErrStaleHop)
+	}
+	return nil
 }

@@ -17,17 +17,26 @@ func (s *Server) handleChallenge(w http.ResponseWriter, r *http.Request) {
 	if !s.publicJSON(w, r, &req) {
 		return
 	}
-	now := s.opt.Clock()
 	if err := mbx.CheckChallengeRequest(req); err != nil {
 		s.writeError(w, r, err)
 		return
 	}
-	c, err := s.chal.issue(req.Pubkey, now, s.opt.Rand)
-	if err != nil {
-		s.writeError(w, r, err)
-		return
+	s.writeJSON(w, http.StatusOK, mbx.ChallengeResponse{Challenge: s.chal.issue(req.Pubkey, s.opt.Clock())})
+}
+
+// checkEnrolment checks the signature of an enrolment against the challenges open for its key.
+// Nothing is consumed: a replay within the challenge's life repeats the same enrolment.
+func (s *Server) checkEnrolment(req mbx.EnrolRequest, now time.Time) error {
+	if err := mbx.CheckEnrolment(req, "-"); errors.Is(err, mbx.ErrEnrolFields) {
+		return err
 	}
-	s.writeJSON(w, http.StatusOK, mbx.ChallengeResponse{Challenge: c})
+	for _, c := range s.chal.open(req.Pubkey, now) {
+		if mbx.CheckEnrolment(req, c) == nil {
+			return nil
+		}
+	}
+	return fmt.Errorf("%w: the signature covers no challenge this relay has open for the key (ask for a new one)",
+		mbx.ErrEnrolNoChallenge)
 }
 
 // handleEnrol is POST /v1/relay/enrol {host, pubkey, owner_fp, sig, proof?} (spec §2, §8).
@@ -37,11 +46,7 @@ func (s *Server) handleEnrol(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	now := s.opt.Clock()
-	pending := ""
-	if mbx.ValidPublicKey(req.Pubkey) {
-		pending, _ = s.chal.take(req.Pubkey, now)
-	}
-	if err := mbx.CheckEnrolment(req, pending); err != nil {
+	if err := s.checkEnrolment(req, now); err != nil {
 		s.writeError(w, r, err)
 		return
 	}
@@ -59,12 +64,18 @@ func (s *Server) handleEnrol(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, fmt.Errorf("%w: %s", ErrDenied, reason))
 		return
 	}
+	addr := clientKeys(r, s.opt.TrustProxy)
+	isNew := false
 	err = s.store.Update(r.Context(), func(tx Tx) error {
 		e := Enrolment{HostPubkey: req.Pubkey, HostName: req.Host, OwnerFP: req.OwnerFP,
 			Account: dec.Account, Org: dec.Org, AuthorizedBy: auth.Name(), AuthorityRank: auth.Rank(), EnrolledAt: now}
 		old, err := tx.Enrolment(req.Pubkey)
 		switch {
 		case errors.Is(err, ErrNotFound):
+			if !s.newEnrolR.hasRoom(addr, now) {
+				return fmt.Errorf("%w: new enrolments from this address today", ErrRateLimited)
+			}
+			isNew = true
 			live, err := tx.LiveEnrolments()
 			if err != nil {
 				return err
@@ -88,6 +99,11 @@ func (s *Server) handleEnrol(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		s.writeError(w, r, fmt.Errorf("enrol: %w", err))
 		return
+	}
+	if isNew {
+		// Counted once committed; racing enrolments of one address may pass the day's limit by
+		// the few that were in flight together.
+		s.newEnrolR.allowAll(addr, now)
 	}
 	s.log.Info("host enrolled", "host", req.Host, "key", mbx.Fingerprint(req.Pubkey), "by", auth.Name())
 	s.writeJSON(w, http.StatusOK, mbx.OKResponse{OK: true})

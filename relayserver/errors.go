@@ -44,8 +44,9 @@ var (
 	ErrStaleEpoch = errors.New("epoch is not current")
 	// ErrRelayFull is returned when the relay holds as many live enrolments as it may.
 	ErrRelayFull = errors.New("relay has no room for more enrolments")
-	// ErrTooManyChallenges is returned when the table of open challenges is full.
-	ErrTooManyChallenges = errors.New("too many pending enrolment challenges, retry later")
+	// ErrBusy is returned, before a body is read, when the relay's budget of body bytes in flight
+	// or the client address's share of requests in flight is spent: 503 with Retry-After.
+	ErrBusy = errors.New("relay busy, retry later")
 	// ErrDenied is returned when the enrolment authority refuses a host.
 	ErrDenied = errors.New("enrolment denied")
 	// ErrStaleRecord is returned for a signed record older than the one stored.

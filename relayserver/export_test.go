@@ -2,9 +2,6 @@ package relayserver
 
 // Test hooks for the external test package.
 
-// PendingChallenges is the number of open enrolment challenges.
-func (s *Server) PendingChallenges() int { return s.chal.len() }
-
 // RateTableLen is the number of client addresses the enrolment rate table remembers.
 func (s *Server) RateTableLen() int { return s.enrolR.len() }
 
@@ -16,3 +13,6 @@ var ParseWait = parseWait
 
 // CheckEnvelopeWire is checkEnvelopeWire, for its fuzz test.
 var CheckEnvelopeWire = checkEnvelopeWire
+
+// BodyBytesInFlight is what the relay's body budget holds now.
+func (s *Server) BodyBytesInFlight() int64 { return s.budget.inUse() }

@@ -33,7 +33,7 @@ func (e *apiError) Unwrap() error { return e.err }
 //	ErrRateLimited          429
 //	ErrBadAck               400 {"code":"BAD_ACK","head_seq":…}
 //	ErrBadRequest, record refusals (mbx.ErrBad…)  400
-//	ErrRelayFull, ErrTooManyChallenges, ErrCommit, ErrClosed  503
+//	ErrBusy, ErrRelayFull, ErrCommit, ErrClosed  503
 //	anything else           500 {"error":"internal error"}
 func errorResponse(err error) (int, mbx.ErrorResponse) {
 	body := mbx.ErrorResponse{Error: err.Error()}
@@ -66,7 +66,7 @@ func errorResponse(err error) (int, mbx.ErrorResponse) {
 		errors.Is(err, mbx.ErrBadEncAd), errors.Is(err, mbx.ErrBadRotation),
 		errors.Is(err, mbx.ErrBadSenderList):
 		return http.StatusBadRequest, body
-	case errors.Is(err, ErrRelayFull), errors.Is(err, ErrTooManyChallenges):
+	case errors.Is(err, ErrBusy), errors.Is(err, ErrRelayFull):
 		return http.StatusServiceUnavailable, body
 	case errors.Is(err, ErrCommit), errors.Is(err, ErrClosed):
 		return http.StatusServiceUnavailable, mbx.ErrorResponse{Error: "relay store unavailable, retry"}

@@ -1,12 +1,15 @@
 package relayserver
 
 import (
+	"container/list"
 	"net"
 	"net/http"
 	"net/netip"
 	"strings"
 	"sync"
 	"time"
+
+	"golang.org/x/time/rate"
 )
 
 // TrustProxy says which header, if any, carries the client address (spec §2). Only the entry a
@@ -49,9 +52,23 @@ func ParseTrustProxy(s string) (TrustProxy, error) {
 	return TrustNone, ErrBadRequest
 }
 
-// clientKey returns the rate-limit key of a request: the client's IP address, an IPv6 address
-// reduced to its /64 (one site's addresses share a budget).
+// clientKey returns the key of a request's client: its IP address, an IPv6 address reduced to its
+// /64 (one site's addresses share a budget).
 func clientKey(r *http.Request, mode TrustProxy) string {
+	keys := clientKeys(r, mode)
+	return keys[0].key
+}
+
+// rateKey is one bucket a call is counted in; scale multiplies the table's rate and burst.
+type rateKey struct {
+	key   string
+	scale int
+}
+
+// clientKeys returns the buckets of a request's client address: an IPv4 address alone; an IPv6
+// address at /64 (rate ×1), /56 (×4) and /48 (×16), so that a network which owns many /64s gets
+// a larger budget, but a bounded one.
+func clientKeys(r *http.Request, mode TrustProxy) []rateKey {
 	var s string
 	switch mode {
 	case TrustXFF:
@@ -73,80 +90,124 @@ func clientKey(r *http.Request, mode TrustProxy) string {
 		}
 		addr, err = netip.ParseAddr(host)
 		if err != nil {
-			return r.RemoteAddr
+			return []rateKey{{key: r.RemoteAddr, scale: 1}}
 		}
 	}
 	addr = addr.Unmap()
-	if addr.Is6() {
-		p, _ := addr.Prefix(64)
-		return p.String()
+	if !addr.Is6() {
+		return []rateKey{{key: addr.String(), scale: 1}}
 	}
-	return addr.String()
+	keys := make([]rateKey, 0, 3)
+	for _, l := range []struct{ bits, scale int }{{64, 1}, {56, 4}, {48, 16}} {
+		p, _ := addr.Prefix(l.bits)
+		keys = append(keys, rateKey{key: p.String(), scale: l.scale})
+	}
+	return keys
 }
 
-// rateTable is a fixed-window rate limit per key with a hard cap on the number of keys it
-// remembers: when full, expired windows are dropped first, then the oldest window.
+// Defaults of the rate tables.
+const (
+	// DefaultNewEnrolmentsPerDay is how many new host keys one client address may enrol a day.
+	DefaultNewEnrolmentsPerDay = 20
+	// DefaultRateTableMax is how many buckets a rate table remembers.
+	DefaultRateTableMax = 30_000
+)
+
+// rateTable holds token buckets (golang.org/x/time/rate) by key in a bounded LRU. A full table
+// evicts its least recently used bucket only when that bucket has refilled to its burst, where
+// forgetting it loses nothing; otherwise a key it does not hold shares one overflow bucket at the
+// base rate. No sequence of calls resets a bucket that still counts anything: churning through
+// new keys only ever lands in the overflow bucket.
 type rateTable struct {
-	mu     sync.Mutex
-	limit  int
-	window time.Duration
-	max    int
-	m      map[string]*rateWindow
+	mu       sync.Mutex
+	every    rate.Limit // base rate, tokens per second
+	burst    int        // base burst
+	max      int
+	ll       *list.List // of *rateEntry, most recently used first
+	m        map[string]*list.Element
+	overflow *rate.Limiter
 }
 
-type rateWindow struct {
-	start time.Time
-	n     int
+type rateEntry struct {
+	key string
+	lim *rate.Limiter
 }
 
+// newRateTable allows limit calls per window per key (the bucket's burst), refilling evenly.
+// limit <= 0 disables the table.
 func newRateTable(limit int, window time.Duration, max int) *rateTable {
-	return &rateTable{limit: limit, window: window, max: max, m: map[string]*rateWindow{}}
+	t := &rateTable{burst: limit, max: max, ll: list.New(), m: map[string]*list.Element{}}
+	if limit > 0 {
+		t.every = rate.Limit(float64(limit) / window.Seconds())
+		t.overflow = rate.NewLimiter(t.every, limit)
+	}
+	return t
 }
 
 // allow counts one call of key at now and reports whether it is within the limit.
 func (t *rateTable) allow(key string, now time.Time) bool {
-	if t.limit <= 0 {
+	return t.allowAll([]rateKey{{key: key, scale: 1}}, now)
+}
+
+// allowAll counts one call at now in every bucket of keys, and only when each of them has a
+// token: a call refused by one bucket costs nothing in the others.
+func (t *rateTable) allowAll(keys []rateKey, now time.Time) bool {
+	if t.burst <= 0 {
 		return true
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	w, ok := t.m[key]
-	if ok && now.Sub(w.start) >= t.window {
-		w.start, w.n = now, 0
-	}
-	if !ok {
-		if len(t.m) >= t.max {
-			t.evict(now)
+	lims := make([]*rate.Limiter, len(keys))
+	for i, k := range keys {
+		lims[i] = t.limiter(k, now)
+		if lims[i].TokensAt(now) < 1 {
+			return false
 		}
-		w = &rateWindow{start: now}
-		t.m[key] = w
 	}
-	if w.n >= t.limit {
-		return false
+	for _, l := range lims {
+		l.AllowN(now, 1)
 	}
-	w.n++
 	return true
 }
 
-func (t *rateTable) evict(now time.Time) {
-	var oldestKey string
-	var oldest time.Time
-	for k, w := range t.m {
-		if now.Sub(w.start) >= t.window {
-			delete(t.m, k)
-			continue
-		}
-		if oldestKey == "" || w.start.Before(oldest) {
-			oldestKey, oldest = k, w.start
+// hasRoom reports whether every bucket of keys has a token at now, without taking one.
+func (t *rateTable) hasRoom(keys []rateKey, now time.Time) bool {
+	if t.burst <= 0 {
+		return true
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, k := range keys {
+		if t.limiter(k, now).TokensAt(now) < 1 {
+			return false
 		}
 	}
-	if len(t.m) >= t.max && oldestKey != "" {
-		delete(t.m, oldestKey)
+	return true
+}
+
+// limiter returns the bucket of k, making one when there is room. Called with t.mu held.
+func (t *rateTable) limiter(k rateKey, now time.Time) *rate.Limiter {
+	if e, ok := t.m[k.key]; ok {
+		t.ll.MoveToFront(e)
+		return e.Value.(*rateEntry).lim
 	}
+	if t.ll.Len() >= t.max {
+		tail := t.ll.Back()
+		old := tail.Value.(*rateEntry)
+		if old.lim.TokensAt(now) < float64(old.lim.Burst()) {
+			return t.overflow
+		}
+		t.ll.Remove(tail)
+		delete(t.m, old.key)
+	}
+	scale := max(k.scale, 1)
+	e := &rateEntry{key: k.key, lim: rate.NewLimiter(t.every*rate.Limit(scale), t.burst*scale)}
+	t.m[k.key] = t.ll.PushFront(e)
+	return e.lim
 }
 
 func (t *rateTable) len() int {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	return len(t.m)
+	return t.ll.Len()
 }

@@ -14,7 +14,7 @@ import (
 // sender keys it accepts (spec §2). A list with a later iat replaces the stored one.
 func (s *Server) handleSenders(w http.ResponseWriter, r *http.Request) {
 	var req mbx.SendersPublish
-	caller, ok := s.signedJSON(w, r, s.opt.MaxBody, &req)
+	caller, ok := s.signedJSON(w, r, s.opt.MaxSendersBody, &req)
 	if !ok {
 		return
 	}

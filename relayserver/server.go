@@ -29,20 +29,33 @@ type Options struct {
 	Limits mbx.Limits
 	// MaxBody caps request bodies (checked while streaming). Default mbx.RelayMaxBody.
 	MaxBody int64
-	// MaxSmallBody caps challenge, enrol and rotate bodies. Default mbx.RelaySmallBodyMax.
+	// MaxSmallBody caps challenge, enrol, rotate, ack and enc-key bodies. Default
+	// mbx.RelaySmallBodyMax.
 	MaxSmallBody int64
+	// MaxSendersBody caps a sender allowlist's body. Default DefaultMaxSendersBody.
+	MaxSendersBody int64
+	// BodyBudget caps the request body bytes in flight across the relay (declared lengths count
+	// before anything is read); past it requests get 503 with Retry-After. Default
+	// DefaultBodyBudget.
+	BodyBudget int64
+	// MaxPerClient caps the requests with a body one client address (an IPv6 /64) has in flight.
+	// Default DefaultMaxPerClient.
+	MaxPerClient int
 	// EnrolCallsPerMinute limits challenge, enrol and rotate calls per client address.
 	// Default mbx.EnrolCallsPerMinute; negative disables.
 	EnrolCallsPerMinute int
 	// PushesPerMinute limits push requests per sender key. Default mbx.PushesPerMinute;
 	// negative disables.
 	PushesPerMinute int
-	// RateTableMax caps the keys each rate table remembers. Default 10,000.
+	// NewEnrolmentsPerDay limits the enrolments of new host keys per client address (IPv6: per
+	// /64, with 4× per /56 and 16× per /48). Default DefaultNewEnrolmentsPerDay; negative
+	// disables.
+	NewEnrolmentsPerDay int
+	// RateTableMax caps the buckets each rate table remembers (an IPv6 client has three: /64,
+	// /56, /48). Default DefaultRateTableMax.
 	RateTableMax int
 	// MaxEnrolments caps live enrolments. Default mbx.MaxEnrolments.
 	MaxEnrolments int64
-	// MaxChallenges caps open challenges. Default mbx.MaxPendingChallenges.
-	MaxChallenges int
 	// MaxWait caps the long-poll wait of a pull (GET /v2/relay/items?wait=seconds); longer waits
 	// are cut to it, and /v2/relay/info announces it as limits.max_wait. Default DefaultMaxWait;
 	// negative disables long polling (every pull answers at once).
@@ -83,13 +96,18 @@ type Server struct {
 	opt    Options
 	lim    mbx.Limits
 	log    *slog.Logger
-	chal   *challenges
+	chal   challenger
 	enrolR *rateTable
-	pushR  *rateTable
-	polls  *waiters
+	// newEnrolR counts enrolments of new keys per client address and day.
+	newEnrolR *rateTable
+	pushR     *rateTable
+	polls     *waiters
 	// unsubscribe ends the subscription to a shared store's notifications (a no-op otherwise).
 	unsubscribe func()
 	mux         *http.ServeMux
+	// budget and inflight bound the request bodies in flight (admission.go).
+	budget   *budget
+	inflight *inflight
 }
 
 // New makes a Server over store, whose relay key must be opt.Key (the store is bound to the key
@@ -108,20 +126,29 @@ func New(ctx context.Context, store Store, opt Options) (*Server, error) {
 	if opt.MaxSmallBody <= 0 {
 		opt.MaxSmallBody = mbx.RelaySmallBodyMax
 	}
+	if opt.MaxSendersBody <= 0 {
+		opt.MaxSendersBody = DefaultMaxSendersBody
+	}
+	if opt.BodyBudget <= 0 {
+		opt.BodyBudget = DefaultBodyBudget
+	}
+	if opt.MaxPerClient <= 0 {
+		opt.MaxPerClient = DefaultMaxPerClient
+	}
 	if opt.EnrolCallsPerMinute == 0 {
 		opt.EnrolCallsPerMinute = mbx.EnrolCallsPerMinute
 	}
 	if opt.PushesPerMinute == 0 {
 		opt.PushesPerMinute = mbx.PushesPerMinute
 	}
+	if opt.NewEnrolmentsPerDay == 0 {
+		opt.NewEnrolmentsPerDay = DefaultNewEnrolmentsPerDay
+	}
 	if opt.RateTableMax <= 0 {
-		opt.RateTableMax = 10_000
+		opt.RateTableMax = DefaultRateTableMax
 	}
 	if opt.MaxEnrolments <= 0 {
 		opt.MaxEnrolments = mbx.MaxEnrolments
-	}
-	if opt.MaxChallenges <= 0 {
-		opt.MaxChallenges = mbx.MaxPendingChallenges
 	}
 	if opt.MaxWait == 0 {
 		opt.MaxWait = DefaultMaxWait
@@ -163,17 +190,24 @@ func New(ctx context.Context, store Store, opt Options) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("relayserver: new: %w", err)
 	}
+	secret, err := store.ChallengeSecret(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("relayserver: new: %w", err)
+	}
 	s := &Server{
-		store:  store,
-		key:    opt.Key,
-		epoch:  meta.Epoch,
-		opt:    opt,
-		lim:    opt.Limits,
-		log:    opt.Logger,
-		chal:   newChallenges(opt.MaxChallenges, mbx.ChallengeTTL),
-		enrolR: newRateTable(opt.EnrolCallsPerMinute, time.Minute, opt.RateTableMax),
-		pushR:  newRateTable(opt.PushesPerMinute, time.Minute, opt.RateTableMax),
-		polls:  newWaiters(opt.MaxWaitingPerKey, opt.MaxWaiting),
+		store:     store,
+		key:       opt.Key,
+		epoch:     meta.Epoch,
+		opt:       opt,
+		lim:       opt.Limits,
+		log:       opt.Logger,
+		chal:      challenger{secret: secret, ttl: mbx.ChallengeTTL},
+		enrolR:    newRateTable(opt.EnrolCallsPerMinute, time.Minute, opt.RateTableMax),
+		pushR:     newRateTable(opt.PushesPerMinute, time.Minute, opt.RateTableMax),
+		newEnrolR: newRateTable(opt.NewEnrolmentsPerDay, 24*time.Hour, opt.RateTableMax),
+		polls:     newWaiters(opt.MaxWaitingPerKey, opt.MaxWaiting),
+		budget:    &budget{total: opt.BodyBudget},
+		inflight:  &inflight{max: opt.MaxPerClient, m: map[string]int{}},
 	}
 	s.unsubscribe = func() {}
 	if n, ok := store.(Notifier); ok {
@@ -205,7 +239,7 @@ func (s *Server) Shutdown() {
 }
 
 // ServeHTTP implements http.Handler.
-func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.mux.ServeHTTP(w, r) }
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.admit(w, r, s.mux) }
 
 func (s *Server) routes() {
 	m := http.NewServeMux()
@@ -229,33 +263,6 @@ func (s *Server) routes() {
 	s.mux = m
 }
 
-// readBody reads the whole body, refusing more than max bytes while streaming: a body over the
-// cap is never read to its end, let alone stored.
-func readBody(w http.ResponseWriter, r *http.Request, max int64) ([]byte, error) {
-	if r.ContentLength > max {
-		return nil, fmt.Errorf("%w: %d bytes, the cap is %d", ErrTooLarge, r.ContentLength, max)
-	}
-	rd := http.MaxBytesReader(w, r.Body, max)
-	var body []byte
-	var err error
-	if r.ContentLength >= 0 {
-		// A declared length (at most max) is all the body there is (net/http stops reading there):
-		// one buffer of that size, filled.
-		body = make([]byte, r.ContentLength)
-		_, err = io.ReadFull(rd, body)
-	} else {
-		body, err = io.ReadAll(rd)
-	}
-	if err != nil {
-		var mb *http.MaxBytesError
-		if errors.As(err, &mb) {
-			return nil, fmt.Errorf("%w: the cap is %d bytes", ErrTooLarge, max)
-		}
-		return nil, fmt.Errorf("%w: reading body: %v", ErrBadRequest, err)
-	}
-	return body, nil
-}
-
 // decodeJSON decodes one JSON value from body into v, refusing trailing data.
 func decodeJSON(body []byte, v any) error {
 	dec := json.NewDecoder(bytes.NewReader(body))
@@ -266,21 +273,6 @@ func decodeJSON(body []byte, v any) error {
 		return fmt.Errorf("%w: trailing data after the JSON body", ErrBadRequest)
 	}
 	return nil
-}
-
-// signedBody reads r's body (at most max bytes, checked while streaming) and checks the hop that
-// signed it, returning the caller's live enrolment and the body. On a failure it has answered r
-// and ok is false.
-func (s *Server) signedBody(w http.ResponseWriter, r *http.Request, max int64) (caller Enrolment, body []byte, ok bool) {
-	body, err := readBody(w, r, max)
-	if err == nil {
-		caller, err = s.authenticate(r, body)
-	}
-	if err != nil {
-		s.writeError(w, r, err)
-		return Enrolment{}, nil, false
-	}
-	return caller, body, true
 }
 
 // signedJSON is signedBody, then the body decoded into v.
@@ -300,7 +292,7 @@ func (s *Server) signedJSON(w http.ResponseWriter, r *http.Request, max int64, v
 // call against the client address's rate, reads the small body and decodes it into v. On a
 // failure it has answered r and returns false.
 func (s *Server) publicJSON(w http.ResponseWriter, r *http.Request, v any) bool {
-	if !s.enrolR.allow(clientKey(r, s.opt.TrustProxy), s.opt.Clock()) {
+	if !s.enrolR.allowAll(clientKeys(r, s.opt.TrustProxy), s.opt.Clock()) {
 		s.writeError(w, r, ErrRateLimited)
 		return false
 	}
@@ -340,61 +332,14 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	} else {
 		s.log.Debug("relay request refused", "method", r.Method, "path", r.URL.Path, "status", status, "err", err)
 	}
-	if status == http.StatusTooManyRequests {
+	if unread(r) {
+		w.Header().Set("Connection", "close")
+	}
+	switch {
+	case status == http.StatusTooManyRequests:
 		w.Header().Set("Retry-After", "60")
+	case errors.Is(err, ErrBusy), errors.Is(err, ErrRelayFull):
+		w.Header().Set("Retry-After", retryAfter)
 	}
 	s.writeJSON(w, status, body)
-}
-
-// authenticate checks the v2 hop of r (x-mbx-key) and returns the caller's live enrolment. The
-// signature is checked against the claimed key before the key is looked up, so a caller learns
-// "not enrolled" only about its own key.
-func (s *Server) authenticate(r *http.Request, body []byte) (Enrolment, error) {
-	key := r.Header.Get(mbx.HeaderKey)
-	if key == "" {
-		return s.authenticateV1(r, body)
-	}
-	if !mbx.ValidPublicKey(key) {
-		return Enrolment{}, fmt.Errorf("%w: x-mbx-key is not a host key", mbx.ErrBadHop)
-	}
-	if err := mbx.VerifyRelayHop(key, r.Header, r.Method, mbx.RelaySignedPath(r.URL), body, s.opt.Clock()); err != nil {
-		return Enrolment{}, err
-	}
-	e, err := s.store.Enrolment(r.Context(), key)
-	if errors.Is(err, ErrNotFound) {
-		return Enrolment{}, ErrNotEnrolled
-	}
-	if err != nil {
-		return Enrolment{}, err
-	}
-	if !e.Live() {
-		return Enrolment{}, fmt.Errorf("host key %s: %w", mbx.Fingerprint(key), ErrRevoked)
-	}
-	return e, nil
-}
-
-// authenticateV1 finds the caller of a v1 hop (no x-mbx-key) by name: whichever live enrolment
-// of the name verifies the signature, unless the name is crowded.
-func (s *Server) authenticateV1(r *http.Request, body []byte) (Enrolment, error) {
-	name := r.Header.Get(mbx.HeaderHost)
-	if name == "" || r.Header.Get(mbx.HeaderSig) == "" {
-		return Enrolment{}, fmt.Errorf("%w: missing x-mbx headers", mbx.ErrBadHop)
-	}
-	es, err := s.store.EnrolmentsByName(r.Context(), name, mbx.MaxEnrolmentsPerName+1)
-	if err != nil {
-		return Enrolment{}, err
-	}
-	if len(es) > mbx.MaxEnrolmentsPerName {
-		return Enrolment{}, fmt.Errorf("%w: host name is ambiguous on this relay, use x-mbx-key", mbx.ErrBadHop)
-	}
-	path := mbx.RelaySignedPath(r.URL)
-	var last error = ErrNotEnrolled
-	for _, e := range es {
-		if err := mbx.VerifyRelayHop(e.HostPubkey, r.Header, r.Method, path, body, s.opt.Clock()); err == nil {
-			return e, nil
-		} else {
-			last = err
-		}
-	}
-	return Enrolment{}, last
 }

@@ -601,34 +601,19 @@ func TestEpochAndBadAck(t *testing.T) {
 func TestBoundedEnrolmentState(t *testing.T) {
 	t.Parallel()
 	r := newRelay(t, func(o *relayserver.Options) {
-		o.MaxChallenges = 3
 		o.MaxEnrolments = 2
-		o.RateTableMax = 4
 		o.EnrolCallsPerMinute = 1000
 	})
 	var hs []host
 	for i := range 4 {
 		hs = append(hs, newHost(t, fmt.Sprintf("h%d", i), uint64(100+i)))
 	}
-	for _, h := range hs[:3] {
-		if code, out := r.call(nil, "POST", "/v1/relay/challenge", mustJSON(t, mbx.ChallengeRequest{Host: h.name, Pubkey: h.pub()})); code != 200 {
-			t.Fatalf("challenge: %d %s", code, out)
-		}
-	}
-	if code, _ := r.call(nil, "POST", "/v1/relay/challenge", mustJSON(t, mbx.ChallengeRequest{Host: "h3", Pubkey: hs[3].pub()})); code != 503 {
-		t.Fatalf("fourth open challenge = %d, want 503", code)
-	}
-	if n := r.srv.PendingChallenges(); n != 3 {
-		t.Fatalf("open challenges = %d, want 3", n)
-	}
-	// Expired challenges make room, and cannot be used.
-	r.clock.Add(mbx.ChallengeTTL + time.Second)
 	r.enrol(hs[0])
 	r.enrol(hs[1])
 	if code, out := r.tryEnrol(hs[2], ""); code != 503 {
 		t.Fatalf("enrolment over the cap = %d %s, want 503", code, out)
 	}
-	// An enrolment without a pending challenge is refused.
+	// An enrolment over a challenge the relay never issued is refused.
 	req, _ := mbx.SignEnrolment(hs[3].key, "h3", "AAAAAAAAAAAAAAAAAAAAAA", "")
 	if code, out := r.call(nil, "POST", "/v1/relay/enrol", mustJSON(t, req)); code != 400 || !strings.Contains(string(out), "no pending enrolment challenge") {
 		t.Fatalf("enrol without challenge = %d %s", code, out)

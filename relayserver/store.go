@@ -33,6 +33,10 @@ type Store interface {
 	RotateEpoch(ctx context.Context) (string, error)
 	// Heartbeat records now as the store's heartbeat (spec §5).
 	Heartbeat(ctx context.Context, now time.Time) error
+	// ChallengeSecret returns the store's secret for enrolment challenges: at least 32 random
+	// bytes, made by the first call and the same for every later call and every relay process
+	// sharing the store. It never leaves the relay.
+	ChallengeSecret(ctx context.Context) ([]byte, error)
 
 	// Enrolment returns the enrolment of a host key, or ErrNotFound.
 	Enrolment(ctx context.Context, pubkey string) (Enrolment, error)

@@ -49,6 +49,7 @@ var cases = []struct {
 	{"ExpiryPrimitives", testExpiryPrimitives},
 	{"BindRelayKey", testBindRelayKey},
 	{"RotateEpochAndHeartbeat", testRotateEpochAndHeartbeat},
+	{"ChallengeSecretIsMadeOnce", testChallengeSecret},
 	{"ClosedStoreRefusesUpdates", testClosedStoreRefusesUpdates},
 }
 
