@@ -23,9 +23,12 @@
 //
 // Update hands a unit to one of Options.Writers writers; each opens a transaction with the first
 // waiting unit, runs each further queued unit in a savepoint of its own, and commits once. A unit
-// that fails is rolled back alone; a unit that loses a deadlock or a lock timeout (units of two
-// replicas' groups locking targets in opposite orders) is rolled back to its savepoint and run
-// again in a later transaction. A COMMIT whose connection broke is looked up by transaction id
+// that fails is rolled back alone. Only a group's first unit waits for a queue lock; a later unit
+// whose lock another transaction holds is rolled back to its savepoint and leads the writer's
+// next group instead, so a group waits only while its first unit runs. Two groups can then
+// deadlock only through their first units (items for several targets locked in opposite orders);
+// PostgreSQL breaks it, and a unit that loses a deadlock or times out on a lock runs again in a
+// later group, up to 8 times. A COMMIT whose connection broke is looked up by transaction id
 // (txid_status) on another connection, so a committed group is never reported as failed; when
 // even that fails, the units fail with ErrCommitUnknown. Open refuses a server with
 // synchronous_commit or fsync off (ErrUnsafeSettings): the relay answers only what is durable.

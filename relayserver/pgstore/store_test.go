@@ -218,3 +218,61 @@ func TestResolveLooksUpCommitOutcome(t *testing.T) {
 		}
 	}
 }
+
+// TestBusyQueueDefersUnitWithoutHoldingTheGroup: a unit whose queue lock another transaction
+// (another replica's group) holds is not waited for inside a group that holds other locks: its
+// neighbours commit without it, and it commits in the writer's next group once the lock is free.
+func TestBusyQueueDefersUnitWithoutHoldingTheGroup(t *testing.T) {
+	s, _ := openT(t, &Options{Writers: 1})
+	busy := storetest.Key(5)
+	other, err := s.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Rollback(ctx)
+	if _, err := other.Exec(ctx, lockSQL, queueLock(busy)); err != nil {
+		t.Fatal(err)
+	}
+	release := make(chan struct{})
+	first := holdWriter(t, s, release)
+	res := make(chan error, 3)
+	insert := func(tgt string) {
+		res <- s.Update(ctx, func(tx relayserver.Tx) error {
+			_, err := tx.InsertItem(storetest.NewItem(tgt, storetest.Key(2), "x", "w", 1))
+			return err
+		})
+	}
+	go insert(busy)
+	deadline := time.Now().Add(30 * time.Second)
+	for len(s.w.reqs) < 1 && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	go insert(storetest.Key(6))
+	for len(s.w.reqs) < 2 && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	close(release)
+	if err := <-first; err != nil {
+		t.Fatal(err)
+	}
+	if err := <-res; err != nil {
+		t.Fatalf("the unit beside the busy one: %v", err)
+	}
+	select {
+	case err := <-res:
+		t.Fatalf("the unit on the locked queue returned %v while the lock was held", err)
+	case <-time.After(100 * time.Millisecond):
+	}
+	if err := other.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-res; err != nil {
+		t.Fatalf("the deferred unit: %v", err)
+	}
+	if p, _ := s.Pull(ctx, busy, 0, 10, 1<<20); len(p.Items) != 1 {
+		t.Fatalf("the locked queue holds %d items after the lock was freed, want 1", len(p.Items))
+	}
+	if st := s.Stats(); st.Retries < 1 || st.Units != 3 {
+		t.Fatalf("stats = %+v, want the busy unit deferred at least once and 3 units committed", st)
+	}
+}

@@ -23,7 +23,16 @@ type tx struct {
 	// notify holds the targets to notify when the transaction commits; a unit that rolls back
 	// takes its own entries off.
 	notify []string
+	// wait says whether a lock may be waited for (the group's first unit) or only tried.
+	wait bool
+	// held maps the advisory locks the transaction holds to the unit depth that took them: a
+	// rolled-back savepoint releases the locks taken inside it.
+	held map[string]int
 }
+
+// errBusy is a unit's error when a queue lock it needs is held by another transaction and the
+// unit may not wait: the writer runs it again in its next group.
+var errBusy = errors.New("a queue it needs is locked by another transaction")
 
 var errBroken = errors.New("transaction unusable after a failed rollback")
 
@@ -85,6 +94,11 @@ func (t *tx) Unit(fn func(relayserver.Tx) error) (err error) {
 	}()
 	if err != nil {
 		t.notify = t.notify[:mark]
+		for k, d := range t.held {
+			if d >= t.depth {
+				delete(t.held, k)
+			}
+		}
 		if _, rerr := t.q.Exec(t.ctx, "ROLLBACK TO SAVEPOINT "+sp); rerr != nil {
 			t.broken = fmt.Errorf("%w: %v", errBroken, rerr)
 			return err
@@ -94,6 +108,11 @@ func (t *tx) Unit(fn func(relayserver.Tx) error) (err error) {
 		t.broken = fmt.Errorf("%w: %v", errBroken, rerr)
 		if err == nil {
 			err = rerr
+		}
+	}
+	for k, d := range t.held {
+		if d >= t.depth {
+			t.held[k] = t.depth - 1 // the parent holds it now
 		}
 	}
 	return err
@@ -120,19 +139,30 @@ func isUnique(err error) bool {
 	return errors.As(err, &pgErr) && pgErr.Code == "23505"
 }
 
-// lockSQL takes the transaction-scoped advisory lock of a target's queue (or of an account's
-// quota). Every writer of a queue holds it, so reads after it are exact for the transaction's
-// decisions (dedup, quotas, the head).
-const lockSQL = "SELECT pg_advisory_xact_lock(hashtextextended($1, 0))"
+// Transaction-scoped advisory locks of a target's queue (or of an account's quota). Every writer
+// of a queue holds its lock, so reads after it are exact for the transaction's decisions (dedup,
+// quotas, the head).
+const (
+	lockSQL    = "SELECT pg_advisory_xact_lock(hashtextextended($1, 0))"
+	tryLockSQL = "SELECT pg_try_advisory_xact_lock(hashtextextended($1, 0))"
+)
 
 func queueLock(target string) string    { return "q:" + target }
 func accountLock(account string) string { return "a:" + account }
 
-// lockThen takes the lock named key and runs query, in one round trip.
+// lockThen takes the lock named key (see lock) and runs query; when the lock may be waited for,
+// both go in one round trip.
 func (t *tx) lockThen(key, query string, args ...any) pgx.Row {
+	if _, ok := t.held[key]; ok || !t.wait {
+		if err := t.lock(key); err != nil {
+			return errRow{err}
+		}
+		return t.q.QueryRow(t.ctx, query, args...)
+	}
 	b := &pgx.Batch{}
 	b.Queue(lockSQL, key)
 	b.Queue(query, args...)
+	t.held[key] = t.depth
 	return batchRow{t.q.SendBatch(t.ctx, b)}
 }
 
@@ -147,11 +177,32 @@ func (r batchRow) Scan(dest ...any) error {
 	return r.br.QueryRow().Scan(dest...)
 }
 
+// errRow is a row whose query never ran.
+type errRow struct{ err error }
+
+func (r errRow) Scan(...any) error { return r.err }
+
+// lock takes the named locks not yet held: waiting for them in the group's first unit, else only
+// trying, failing with errBusy when another transaction holds one.
 func (t *tx) lock(keys ...string) error {
 	for _, k := range keys {
-		if _, err := t.q.Exec(t.ctx, lockSQL, k); err != nil {
-			return err
+		if _, ok := t.held[k]; ok {
+			continue
 		}
+		if t.wait {
+			if _, err := t.q.Exec(t.ctx, lockSQL, k); err != nil {
+				return err
+			}
+		} else {
+			var ok bool
+			if err := t.q.QueryRow(t.ctx, tryLockSQL, k).Scan(&ok); err != nil {
+				return err
+			}
+			if !ok {
+				return errBusy
+			}
+		}
+		t.held[k] = t.depth
 	}
 	return nil
 }

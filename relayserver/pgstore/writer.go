@@ -45,8 +45,10 @@ type writeReq struct {
 
 // writer runs Options.Writers goroutines. Each takes the first waiting unit, opens a transaction
 // on a pooled connection, runs that unit and every unit already queued (up to maxGroup) each in a
-// savepoint of its own, and commits once. A unit that loses a deadlock or times out on a lock is
-// rolled back to its savepoint and queued again for a later transaction.
+// savepoint of its own, and commits once. Only the first unit of a group waits for a queue lock:
+// a later one that finds its lock held by another transaction is rolled back to its savepoint and
+// leads the writer's next group instead, so a group never waits while it holds locks and groups
+// of several writers or replicas cannot deadlock on queue locks.
 type writer struct {
 	pool     *pgxpool.Pool
 	maxGroup int
@@ -115,14 +117,21 @@ func (w *writer) stop() {
 
 func (w *writer) run() {
 	defer w.wg.Done()
+	// pending holds this writer's units that could not take a queue lock in a group and wait
+	// for the next one, which starts with them: the first unit of a group may wait for a lock.
+	var pending []*writeReq
 	for {
 		var first *writeReq
-		select {
-		case first = <-w.reqs:
-		case <-w.quit:
-			return
+		if len(pending) > 0 {
+			first, pending = pending[0], pending[1:]
+		} else {
+			select {
+			case first = <-w.reqs:
+			case <-w.quit:
+				return
+			}
 		}
-		w.group(first)
+		pending = w.group(first, pending)
 	}
 }
 
@@ -139,91 +148,70 @@ func (w *writer) failQueued() {
 	}
 }
 
-// requeue puts a unit that lost a lock back in the queue, or fails it after maxRetries.
-func (w *writer) requeue(r *writeReq) {
-	r.tries++
-	w.retries.Add(1)
-	if r.tries > maxRetries {
-		r.err = fmt.Errorf("gave up after %d lock conflicts: %w", maxRetries, r.err)
-		close(r.done)
-		return
-	}
-	r.err = nil
-	go func() {
-		// A short pause lets the transaction that won the lock commit first.
-		time.Sleep(time.Duration(r.tries) * 5 * time.Millisecond)
-		select {
-		case w.reqs <- r:
-		case <-w.quit:
-			r.err = relayserver.ErrClosed
-			close(r.done)
-		}
-	}()
-}
-
-// group runs one transaction: first, then whatever else is already queued.
-func (w *writer) group(first *writeReq) {
+// group runs one transaction: first (which may wait for its locks), then this writer's pending
+// units and whatever else is queued (which may not: one that meets a lock held by another
+// transaction is rolled back and deferred). It returns the units deferred to the next group.
+func (w *writer) group(first *writeReq, pending []*writeReq) (deferred []*writeReq) {
 	ctx, cancel := context.WithTimeout(context.Background(), groupTimeout)
 	defer cancel()
-	batch := []*writeReq{first}
 	conn, err := w.pool.Acquire(ctx)
 	if err != nil {
-		w.finish(batch, fmt.Errorf("connect: %v: %w", err, relayserver.ErrCommit))
-		return
+		w.finish(append([]*writeReq{first}, pending...), fmt.Errorf("connect: %v: %w", err, relayserver.ErrCommit))
+		return nil
 	}
 	defer conn.Release()
 	pt, err := conn.Begin(ctx)
 	if err != nil {
-		w.finish(batch, fmt.Errorf("begin: %v: %w", err, relayserver.ErrCommit))
-		return
+		w.finish(append([]*writeReq{first}, pending...), fmt.Errorf("begin: %v: %w", err, relayserver.ErrCommit))
+		return nil
 	}
-	t := &tx{ctx: ctx, q: pt}
-	var retry []*writeReq
+	t := &tx{ctx: ctx, q: pt, wait: true, held: map[string]int{}}
+	var batch []*writeReq
 	runOne := func(r *writeReq) {
-		if w.runUnit(t, r) {
-			retry = append(retry, r)
-		} else {
+		switch w.runUnit(t, r) {
+		case outcomeDone:
 			batch = append(batch, r)
+		case outcomeDefer:
+			deferred = append(deferred, r)
 		}
 	}
-	batch = batch[:0]
 	runOne(first)
-	for t.broken == nil && len(batch)+len(retry) < w.maxGroup {
+	t.wait = false
+	for t.broken == nil && len(batch)+len(deferred) < w.maxGroup {
 		var r *writeReq
-		select {
-		case r = <-w.reqs:
-		default:
+		if len(pending) > 0 {
+			r, pending = pending[0], pending[1:]
+		} else {
+			select {
+			case r = <-w.reqs:
+			default:
+			}
 		}
 		if r == nil {
 			break
 		}
 		runOne(r)
 	}
-	for _, r := range retry {
-		if t.broken != nil {
-			batch = append(batch, r) // fails with the group
-			continue
-		}
-		w.requeue(r)
-	}
+	deferred = append(deferred, pending...)
 	if t.broken != nil {
 		_ = pt.Rollback(context.Background())
 		w.finish(batch, fmt.Errorf("%v: %w", t.broken, relayserver.ErrCommit))
-		return
+		return deferred
 	}
 	if len(batch) == 0 {
 		_ = pt.Rollback(context.Background())
-		return
+		return deferred
 	}
 	if err := w.commit(ctx, pt, t, len(batch)); err != nil {
 		w.finish(batch, err)
-		return
+		return deferred
 	}
 	w.commits.Add(1)
 	w.units.Add(int64(len(batch)))
 	for _, r := range batch {
 		close(r.done)
 	}
+	return deferred
 }
 
 // commit notifies the targets of the group's items (delivered only if the transaction commits)
@@ -308,15 +296,44 @@ func (w *writer) finish(batch []*writeReq, err error) {
 	}
 }
 
-// runUnit runs one caller's unit in a savepoint and records its own error. It reports whether the
-// unit lost a lock (deadlock, lock timeout) and should run again in a later transaction.
-func (w *writer) runUnit(t *tx, r *writeReq) (retry bool) {
+// A unit's outcome in a group.
+type outcome int
+
+const (
+	outcomeDone  outcome = iota // ran (its own error, if any, is in r.err): answered with the group
+	outcomeDefer                // lost a lock: rolled back, runs again in a later group
+	outcomeGone                 // answered already (gave up)
+)
+
+// runUnit runs one caller's unit in a savepoint and records its own error. A unit that met a
+// queue lock held elsewhere, lost a deadlock or timed out on a lock is deferred; after
+// maxRetries of the latter two it fails.
+func (w *writer) runUnit(t *tx, r *writeReq) outcome {
 	if err := r.ctx.Err(); err != nil {
 		r.err = err
-		return false
+		return outcomeDone
 	}
 	r.err = t.Unit(r.fn)
-	return r.err != nil && t.broken == nil && lostLock(r.err)
+	if r.err == nil || t.broken != nil {
+		return outcomeDone
+	}
+	if errors.Is(r.err, errBusy) {
+		r.err = nil
+		w.retries.Add(1)
+		return outcomeDefer
+	}
+	if !lostLock(r.err) {
+		return outcomeDone
+	}
+	r.tries++
+	w.retries.Add(1)
+	if r.tries > maxRetries {
+		r.err = fmt.Errorf("gave up after %d lock conflicts: %w", maxRetries, r.err)
+		close(r.done)
+		return outcomeGone
+	}
+	r.err = nil
+	return outcomeDefer
 }
 
 // lostLock reports whether err is a deadlock or a lock timeout: the unit did nothing wrong and
