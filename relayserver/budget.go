@@ -146,7 +146,7 @@ func readBody(w http.ResponseWriter, r *http.Request, max int64) ([]byte, error)
 		}
 		take = nil // net/http reads no more than the declared length
 	}
-	body, err := readGrowing(http.MaxBytesReader(w, r.Body, max), take)
+	body, err := readGrowing(http.MaxBytesReader(unwrapWriter(w), r.Body, max), take)
 	if err != nil {
 		var mb *http.MaxBytesError
 		switch {

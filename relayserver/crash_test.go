@@ -45,6 +45,9 @@ func childRelay(dir string) int {
 		StoreDir: dir,
 		Listen:   "127.0.0.1:0",
 		AddrFile: filepath.Join(dir, "addr"),
+		// The metrics listener lets tests see what the child holds (parked polls).
+		MetricsListen:   "127.0.0.1:0",
+		MetricsAddrFile: filepath.Join(dir, "metrics-addr"),
 		Open: func(ctx context.Context, dir string) (relayserver.Store, error) {
 			return sqlitestore.Open(ctx, dir, nil)
 		},

@@ -101,6 +101,19 @@
 // quotas apply per target, per sender per target and per proven account; open challenges, live
 // enrolments and every rate table are capped. httperr.go maps every error to its status.
 //
+// # Operations
+//
+// ops.go gives every request an id (X-Request-Id: a proxy's short token, else made here) that
+// its log lines carry, serves GET /healthz (the process answers) and GET /readyz (the epoch is
+// loaded, the heartbeat was written within three intervals, the store takes a write now, the
+// server is not shutting down; 503 otherwise), and counts requests by route and status.
+// metrics.go holds the Prometheus metrics (Options.Metrics, served by Metrics.Handler, by
+// OpsHandler on a private listener, or at /metrics behind Options.MetricsToken): the handlers
+// call nil-safe hooks, and the queue gauges come from the Store's QueueStats when scraped (at
+// most once a second). Serve drains on shutdown: readiness turns 503, parked pulls answer, the
+// listener stops accepting, requests in flight finish within ServeConfig.ShutdownTimeout, a last
+// heartbeat is written, then the sweeper stops and the store closes.
+//
 // # Caveats
 //
 // A push or rotation whose client goes away once its unit is queued still waits for the unit's

@@ -105,6 +105,6 @@ func (s *Server) handleEnrol(w http.ResponseWriter, r *http.Request) {
 		// the few that were in flight together.
 		s.newEnrolR.allowAll(addr, now)
 	}
-	s.log.Info("host enrolled", "host", req.Host, "key", mbx.Fingerprint(req.Pubkey), "by", auth.Name())
+	s.log.Info("host enrolled", "req", RequestID(r.Context()), "host", req.Host, "key", mbx.Fingerprint(req.Pubkey), "by", auth.Name())
 	s.writeJSON(w, http.StatusOK, mbx.OKResponse{OK: true})
 }

@@ -63,6 +63,7 @@ func (s *Server) handlePull(w http.ResponseWriter, r *http.Request) {
 			SenderPubkey: it.Sender, WireB64: mbx.B64(it.Wire)}
 		resp.LastSeq = it.Seq
 	}
+	s.met.pulled(len(page.Items))
 	s.writeJSON(w, http.StatusOK, resp)
 }
 
@@ -87,6 +88,7 @@ func (s *Server) pullWait(ctx context.Context, key string, after int64, limit in
 			defer stop()
 			timeout = c
 		}
+		s.met.parked()
 		select {
 		case <-w.ch:
 		case <-timeout:
@@ -162,6 +164,7 @@ func (s *Server) handleAck(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, fmt.Errorf("ack: %w", err))
 		return
 	}
+	s.met.acked(res.Deleted)
 	s.writeJSON(w, http.StatusOK, mbx.AckResponse{AckedThrough: res.AckedThrough, Deleted: res.Deleted, HeadSeq: res.HeadSeq})
 }
 

@@ -319,6 +319,7 @@ func (s *Server) handlePush(w http.ResponseWriter, r *http.Request) {
 		}
 		resp.Results[i] = res
 	}
+	s.met.pushed(work)
 	_ = failpoint.Inject(FailAfterCommitBeforeResponse)
 	s.writeJSON(w, http.StatusOK, resp)
 }

@@ -53,6 +53,10 @@ type ServeConfig struct {
 	// Ready, when set, is called with the bound address once the relay is listening, before the
 	// address file is written.
 	Ready func(addr string)
+	// MetricsListen, when set, is a second listener serving GET /metrics (no token: bind it to a
+	// private address), /healthz and /readyz. MetricsAddrFile receives its bound host:port.
+	MetricsListen   string
+	MetricsAddrFile string
 }
 
 // Serve runs the relay until ctx is done, then shuts down gracefully: it stops accepting, lets
@@ -107,6 +111,10 @@ func Serve(ctx context.Context, cfg ServeConfig) (err error) {
 	if cfg.DB != "" {
 		loc = cfg.DB
 	}
+	opt.HeartbeatEvery = cfg.HeartbeatEvery
+	if opt.Metrics == nil && (cfg.MetricsListen != "" || opt.MetricsToken != "") {
+		opt.Metrics = NewMetrics(0)
+	}
 	store, err := cfg.Open(ctx, loc)
 	if err != nil {
 		return fmt.Errorf("relayserver: serve: %w", err)
@@ -135,8 +143,16 @@ func Serve(ctx context.Context, cfg ServeConfig) (err error) {
 	hs := &http.Server{Handler: srv, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 2 * time.Minute,
 		WriteTimeout: 2 * time.Minute, IdleTimeout: 2 * time.Minute}
 	hs.RegisterOnShutdown(srv.Shutdown) // parked long polls answer now, so Shutdown does not wait for them
-	errc := make(chan error, 1)
+	errc := make(chan error, 2)
 	go func() { errc <- hs.Serve(ln) }()
+	ms, err := serveMetrics(cfg, srv, errc)
+	if err != nil {
+		_ = hs.Close()
+		return err
+	}
+	if ms != nil {
+		defer ms.Close()
+	}
 	addr := ln.Addr().String()
 	log.Info("relay serving", "addr", addr, "store", where, "key", key, "key_source", src,
 		"epoch", srv.Epoch(), "trust_proxy", opt.TrustProxy)
@@ -159,23 +175,14 @@ func Serve(ctx context.Context, cfg ServeConfig) (err error) {
 	for {
 		select {
 		case err := <-errc:
+			_ = hs.Close()
 			return fmt.Errorf("relayserver: serve: %w", err)
 		case <-tick.C:
-			if err := store.Heartbeat(ctx, opt.Clock()); err != nil {
+			if err := srv.Heartbeat(ctx); err != nil {
 				log.Warn("heartbeat failed", "err", err)
 			}
 		case <-ctx.Done():
-			log.Info("relay shutting down")
-			sctx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
-			defer cancel()
-			if err := hs.Shutdown(sctx); err != nil && !errors.Is(err, http.ErrServerClosed) {
-				_ = hs.Close()
-				return fmt.Errorf("relayserver: shutdown: %w", err)
-			}
-			if err := store.Heartbeat(context.Background(), opt.Clock()); err != nil {
-				log.Warn("final heartbeat failed", "err", err)
-			}
-			return nil
+			return shutdown(hs, ms, srv, cfg.ShutdownTimeout, log)
 		}
 	}
 }
@@ -223,4 +230,55 @@ func DBLabel(dbURL string) string {
 		u.RawQuery = q.Encode()
 	}
 	return u.Redacted()
+}
+
+// shutdown drains the relay: /readyz turns 503 and parked long polls answer at once
+// (srv.Shutdown), the listener stops accepting, requests in flight finish (each answered only
+// after its commit) within timeout, and a last heartbeat is written. The caller then stops the
+// sweeper and closes the store, which commits what its writer still holds.
+func shutdown(hs, ms *http.Server, srv *Server, timeout time.Duration, log *slog.Logger) error {
+	start := time.Now()
+	log.Info("relay shutting down", "timeout", timeout)
+	srv.Shutdown()
+	sctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	if err := hs.Shutdown(sctx); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		_ = hs.Close()
+		return fmt.Errorf("relayserver: shutdown: requests still running after %s: %w", timeout, err)
+	}
+	if err := srv.Heartbeat(context.Background()); err != nil {
+		log.Warn("final heartbeat failed", "err", err)
+	}
+	if ms != nil {
+		_ = ms.Shutdown(sctx)
+	}
+	log.Info("relay drained", "ms", time.Since(start).Milliseconds())
+	return nil
+}
+
+// serveMetrics starts the --metrics-listen server, when configured; its failure goes to errc.
+func serveMetrics(cfg ServeConfig, srv *Server, errc chan<- error) (*http.Server, error) {
+	if cfg.MetricsListen == "" {
+		return nil, nil
+	}
+	ln, err := net.Listen("tcp", cfg.MetricsListen)
+	if err != nil {
+		return nil, fmt.Errorf("relayserver: serve: metrics listener: %w", err)
+	}
+	ms := &http.Server{Handler: srv.OpsHandler(), ReadHeaderTimeout: 10 * time.Second, ReadTimeout: time.Minute,
+		WriteTimeout: time.Minute, IdleTimeout: 2 * time.Minute}
+	go func() {
+		if err := ms.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			errc <- fmt.Errorf("metrics listener: %w", err)
+		}
+	}()
+	addr := ln.Addr().String()
+	srv.log.Info("relay metrics serving", "addr", addr)
+	if cfg.MetricsAddrFile != "" {
+		if err := fsutil.WriteFileAtomic(cfg.MetricsAddrFile, []byte(addr+"\n"), 0o600); err != nil {
+			_ = ms.Close()
+			return nil, fmt.Errorf("relayserver: serve: metrics addr file: %w", err)
+		}
+	}
+	return ms, nil
 }

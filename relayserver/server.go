@@ -86,6 +86,14 @@ type Options struct {
 	Rand  io.Reader
 	// Logger receives request failures and state changes. Default: discard.
 	Logger *slog.Logger
+	// Metrics, when set, count what the relay does (see metrics.go). MetricsToken, when set,
+	// also serves them at GET /metrics on the relay's own listener to callers that send
+	// "Authorization: Bearer <token>".
+	Metrics      *Metrics
+	MetricsToken string
+	// HeartbeatEvery is how often the caller writes the heartbeat (Server.Heartbeat); /readyz
+	// reports not ready when none succeeded in three times that. Default mbx.RelayHeartbeat.
+	HeartbeatEvery time.Duration
 }
 
 // Server is the relay: the v2 HTTP API over a Store.
@@ -108,6 +116,8 @@ type Server struct {
 	// budget and inflight bound the request bodies in flight (admission.go).
 	budget   *budget
 	inflight *inflight
+	met      *Metrics
+	ops      opsState
 }
 
 // New makes a Server over store, whose relay key must be opt.Key (the store is bound to the key
@@ -183,6 +193,9 @@ func New(ctx context.Context, store Store, opt Options) (*Server, error) {
 	if opt.Logger == nil {
 		opt.Logger = slog.New(slog.DiscardHandler)
 	}
+	if opt.HeartbeatEvery <= 0 {
+		opt.HeartbeatEvery = mbx.RelayHeartbeat
+	}
 	if err := store.BindRelayKey(ctx, opt.Key.PublicKey()); err != nil {
 		return nil, fmt.Errorf("relayserver: new: %w", err)
 	}
@@ -208,6 +221,13 @@ func New(ctx context.Context, store Store, opt Options) (*Server, error) {
 		polls:     newWaiters(opt.MaxWaitingPerKey, opt.MaxWaiting),
 		budget:    &budget{total: opt.BodyBudget},
 		inflight:  &inflight{max: opt.MaxPerClient, m: map[string]int{}},
+		met:       opt.Metrics,
+	}
+	s.ops.init(opt.Clock())
+	if s.met != nil {
+		if err := s.met.attach(s); err != nil {
+			return nil, err
+		}
 	}
 	s.unsubscribe = func() {}
 	if n, ok := store.(Notifier); ok {
@@ -234,12 +254,13 @@ func (s *Server) Epoch() string { return s.epoch }
 // shutdown begins; a caller running the Server under its own http.Server registers it with
 // RegisterOnShutdown.
 func (s *Server) Shutdown() {
+	s.ops.draining.Store(true)
 	s.unsubscribe()
 	s.polls.close()
 }
 
-// ServeHTTP implements http.Handler.
-func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.admit(w, r, s.mux) }
+// ServeHTTP implements http.Handler: every request gets a request id (ops.go).
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.serveObserved(w, r) }
 
 func (s *Server) routes() {
 	m := http.NewServeMux()
@@ -257,6 +278,7 @@ func (s *Server) routes() {
 	m.HandleFunc("POST /v1/relay/enc-key", s.handlePublishEncKey)
 	m.HandleFunc("GET /v1/relay/enc-key", s.handleGetEncKey)
 	m.HandleFunc("POST /v2/relay/rotate", s.handleRotate)
+	s.opsRoutes(m)
 	m.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		s.writeJSON(w, http.StatusNotFound, mbx.ErrorResponse{Error: "no such endpoint"})
 	})
@@ -328,9 +350,9 @@ func (s *Server) writeJSON(w http.ResponseWriter, status int, v any) {
 func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	status, body := errorResponse(err)
 	if status >= 500 {
-		s.log.Warn("relay request failed", "method", r.Method, "path", r.URL.Path, "status", status, "err", err)
+		s.log.Warn("relay request failed", "req", RequestID(r.Context()), "method", r.Method, "path", r.URL.Path, "status", status, "err", err)
 	} else {
-		s.log.Debug("relay request refused", "method", r.Method, "path", r.URL.Path, "status", status, "err", err)
+		s.log.Debug("relay request refused", "req", RequestID(r.Context()), "method", r.Method, "path", r.URL.Path, "status", status, "err", err)
 	}
 	if unread(r) {
 		w.Header().Set("Connection", "close")

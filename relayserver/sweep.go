@@ -43,6 +43,7 @@ func (s *Server) Sweep(ctx context.Context) (mbx.SweepReport, error) {
 	for _, k := range woken {
 		s.polls.wake(k)
 	}
+	s.met.sweptReport(rep)
 	return rep, nil
 }
 

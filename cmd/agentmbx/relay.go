@@ -38,9 +38,10 @@ any restore made another way (a volume snapshot, a file copy) needs before the r
 }
 
 func newRelayServeCmd() *cobra.Command {
-	var storeDir, db, listen, addrFile, trust string
+	var storeDir, db, listen, addrFile, trust, metricsListen, metricsAddrFile string
+	var lf logFlags
 	cmd := &cobra.Command{
-		Use:   "serve [--store-dir DIR | --db URL] [--listen ADDR] [--addr-file FILE] [--trust-proxy MODE]",
+		Use:   "serve [--store-dir DIR | --db URL] [--listen ADDR] [--addr-file FILE] [--trust-proxy MODE] [--metrics-listen ADDR]",
 		Short: "Run the relay in the foreground",
 		Example: `  agentmbx relay keygen > relay.seed
   MBX_RELAY_KEY=$(cat relay.seed) agentmbx relay serve --store-dir ./relay --listen 127.0.0.1:7374`,
@@ -61,7 +62,16 @@ synchronous_commit and fsync on.
 --listen defaults to :7374; port 0 picks a free one and --addr-file receives the bound
 host:port once the relay listens. --trust-proxy (or $` + relayserver.EnvRelayTrustProxy + `) says which
 header carries the client address behind a proxy: xff (the rightmost X-Forwarded-For entry) or
-cloudflare (CF-Connecting-IP); without it the TCP peer address counts.`,
+cloudflare (CF-Connecting-IP); without it the TCP peer address counts.
+
+Operations: GET /healthz answers while the process runs; GET /readyz answers 200 when the store
+takes writes, the heartbeat is fresh and the epoch is loaded, else 503 (and during shutdown).
+--metrics-listen ADDR serves Prometheus metrics at /metrics (and /healthz, /readyz) on a second,
+private listener; or set $` + envMetricsToken + ` to serve /metrics on the main listener to
+requests with "Authorization: Bearer <token>". Metrics are off by default. Logs go to standard
+error as text or, with --log-format json, one JSON object a line; each request's log lines carry
+its request id (X-Request-Id). SIGTERM drains: /readyz turns 503, parked long polls answer, the
+listener stops accepting, requests in flight finish (10 s at most), then the store closes.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			db = relayDB(db)
@@ -81,9 +91,12 @@ cloudflare (CF-Connecting-IP); without it the TCP peer address counts.`,
 			if err != nil {
 				return usageErr("use xff or cloudflare", "relay serve: unknown --trust-proxy %q", trust)
 			}
+			log, err := lf.logger(cmd.ErrOrStderr(), "relay serve")
+			if err != nil {
+				return err
+			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
-			log := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: slog.LevelInfo}))
 			var relayPub string
 			err = relayserver.Serve(ctx, relayserver.ServeConfig{
 				StoreDir:  storeDir,
@@ -95,7 +108,10 @@ cloudflare (CF-Connecting-IP); without it the TCP peer address counts.`,
 				Ready: func(addr string) {
 					printServedKey(cmd.ErrOrStderr(), relayPub, servedURL(addr, "http"))
 				},
-				Options: relayserver.Options{TrustProxy: mode, Version: version.String(), Logger: log},
+				Options: relayserver.Options{TrustProxy: mode, Version: version.String(), Logger: log,
+					MetricsToken: os.Getenv(envMetricsToken)},
+				MetricsListen:   metricsListen,
+				MetricsAddrFile: metricsAddrFile,
 			})
 			switch {
 			case errors.Is(err, relayserver.ErrLocked):
@@ -113,8 +129,15 @@ cloudflare (CF-Connecting-IP); without it the TCP peer address counts.`,
 	cmd.Flags().StringVar(&listen, "listen", fmt.Sprintf(":%d", mbx.DefaultRelayPort), "listen address")
 	cmd.Flags().StringVar(&addrFile, "addr-file", "", "write the bound host:port to this file once listening")
 	cmd.Flags().StringVar(&trust, "trust-proxy", "", "client address from a proxy header: xff or cloudflare (default $"+relayserver.EnvRelayTrustProxy+")")
+	cmd.Flags().StringVar(&metricsListen, "metrics-listen", "", "serve /metrics, /healthz and /readyz on this private address (default: off)")
+	cmd.Flags().StringVar(&metricsAddrFile, "metrics-addr-file", "", "write the metrics listener's bound host:port to this file")
+	addLogFlags(cmd, &lf)
 	return cmd
 }
+
+// envMetricsToken, when set, serves the relay's /metrics on its main listener behind this bearer
+// token (an environment variable rather than a flag, so it stays out of process listings).
+const envMetricsToken = "MBX_RELAY_METRICS_TOKEN"
 
 // relayStoreDir is --store-dir, else $MBX_RELAY_DIR, else a usage error naming the command.
 func relayStoreDir(flag, command string) (string, error) {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/agentmbx/agentmbx/internal/failpoint"
 	"github.com/agentmbx/agentmbx/relayserver"
@@ -46,6 +47,9 @@ type writer struct {
 	beforeCommit func(n int) error
 
 	commits, units atomic.Int64 // committed transactions and the units they carried
+
+	// report, when set (ReportCommits), is told each commit's units and duration.
+	report atomic.Pointer[func(units int, took time.Duration)]
 }
 
 func newWriter(conn *sql.Conn, maxGroup int) *writer {
@@ -132,6 +136,7 @@ func (w *writer) failQueued() {
 // group runs one transaction: first, then whatever else is already queued.
 func (w *writer) group(first *writeReq) {
 	bg := context.Background()
+	start := time.Now()
 	batch := []*writeReq{first}
 	if _, err := w.q.ExecContext(bg, "BEGIN IMMEDIATE"); err != nil {
 		w.finish(batch, fmt.Errorf("begin: %v: %w", err, relayserver.ErrCommit))
@@ -171,6 +176,9 @@ func (w *writer) group(first *writeReq) {
 	_ = failpoint.Inject(FailAfterCommit)
 	w.commits.Add(1)
 	w.units.Add(int64(len(batch)))
+	if f := w.report.Load(); f != nil {
+		(*f)(len(batch), time.Since(start))
+	}
 	for _, r := range batch {
 		close(r.done)
 	}
