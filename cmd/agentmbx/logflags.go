@@ -34,3 +34,6 @@ func (lf logFlags) logger(w io.Writer, command string) (*slog.Logger, error) {
 	}
 	return nil, usageErr("text or json", "%s: bad --log-format %q", command, lf.format)
 }
+
+// json reports whether the logs are JSON lines (so nothing else may go to standard error).
+func (lf logFlags) json() bool { return strings.EqualFold(lf.format, "json") }

@@ -106,6 +106,12 @@ listener stops accepting, requests in flight finish (10 s at most), then the sto
 				Open:      openRelayStore(log, db != ""),
 				KeyLoaded: func(pub string) { relayPub = pub },
 				Ready: func(addr string) {
+					if lf.json() { // standard error carries only JSON lines
+						fp := mbx.Fingerprint(relayPub)
+						log.Info("relay key fingerprint", "fingerprint", fp,
+							"pin", "agentmbx relay set "+servedURL(addr, "http")+" --key "+fp)
+						return
+					}
 					printServedKey(cmd.ErrOrStderr(), relayPub, servedURL(addr, "http"))
 				},
 				Options: relayserver.Options{TrustProxy: mode, Version: version.String(), Logger: log,
