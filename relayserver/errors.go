@@ -51,6 +51,8 @@ var (
 	ErrDenied = errors.New("enrolment denied")
 	// ErrStaleRecord is returned for a signed record older than the one stored.
 	ErrStaleRecord = errors.New("a newer record is stored")
+	// ErrKeyFileMode is returned for a relay.key that group or others may read.
+	ErrKeyFileMode = errors.New("relay key file is readable by group or others")
 	// ErrBadKey is returned for a relay key that cannot be loaded. It never carries key material.
 	ErrBadKey = errors.New("bad relay key")
 )

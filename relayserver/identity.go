@@ -47,6 +47,7 @@ func (s KeySource) String() string {
 
 // LoadKey returns the relay's Ed25519 key: from the environment variable MBX_RELAY_KEY when
 // getenv has it, else from relay.key in dir, else a new key from r written to relay.key (0600).
+// A relay.key that group or others may read is refused (ErrKeyFileMode), naming the fix.
 // Errors never contain key material.
 func LoadKey(dir string, getenv func(string) string, r io.Reader) (mbx.SigningKey, KeySource, error) {
 	if seed := getenv(EnvRelayKey); seed != "" {
@@ -57,13 +58,16 @@ func LoadKey(dir string, getenv func(string) string, r io.Reader) (mbx.SigningKe
 		return k, KeyFromEnv, nil
 	}
 	path := filepath.Join(dir, KeyFile)
-	data, err := os.ReadFile(path)
+	data, err := readPrivate(path)
 	if err == nil {
 		k, err := mbx.SigningKeyFromFile(data)
 		if err != nil {
 			return mbx.SigningKey{}, 0, fmt.Errorf("relayserver: %s is not a valid key file: %w", path, ErrBadKey)
 		}
 		return k, KeyFromFile, nil
+	}
+	if errors.Is(err, ErrKeyFileMode) {
+		return mbx.SigningKey{}, 0, err
 	}
 	if !errors.Is(err, fs.ErrNotExist) {
 		return mbx.SigningKey{}, 0, fmt.Errorf("relayserver: read %s: %w", path, err)
@@ -99,4 +103,23 @@ func LoadKey(dir string, getenv func(string) string, r io.Reader) (mbx.SigningKe
 		_ = d.Close()
 	}
 	return k, KeyGenerated, nil
+}
+
+// readPrivate reads the key file at path, refusing it when group or others may read or write
+// it: a key others could read may already be someone else's.
+func readPrivate(path string) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	if perm := fi.Mode().Perm(); perm&0o077 != 0 {
+		return nil, fmt.Errorf("relayserver: %s has mode %#o, readable beyond its owner; run `chmod 600 %s`: %w",
+			path, perm, path, ErrKeyFileMode)
+	}
+	return io.ReadAll(f)
 }

@@ -92,7 +92,8 @@ type RestoreResult struct {
 // gets a new epoch, restored_at and restored_from (src's base name) in meta, and each target's
 // next_seq raised to at least the replaced store's, so new items land above every seq handed
 // out before. The copy is prepared in a temporary file and renamed over relay.db; the replaced
-// database stays as relay.db.pre-restore. On any error dir is unchanged.
+// database stays as relay.db.pre-restore, with its -wal and -shm files beside it (as
+// relay.db.pre-restore-wal and -shm). On any error dir is unchanged.
 func Restore(ctx context.Context, dir, src string, opts *RestoreOptions) (RestoreResult, error) {
 	var o RestoreOptions
 	if opts != nil {
@@ -140,6 +141,11 @@ func Restore(ctx context.Context, dir, src string, opts *RestoreOptions) (Restor
 	// relay.db, so no -wal file of the old database is left to meet the new one.
 	var cur relayserver.Meta
 	var seqs map[string]int64
+	snaps, err := snapshotWAL(dbPath)
+	defer dropSnapshots(snaps)
+	if err != nil {
+		return fail(err)
+	}
 	if _, err := os.Stat(dbPath); err == nil {
 		// A damaged store is what a restore is for: what cannot be read of it is reported, not
 		// fatal (the seq floor of now in ms still holds, and relay.key is still checked).
@@ -170,17 +176,17 @@ func Restore(ctx context.Context, dir, src string, opts *RestoreOptions) (Restor
 	if err := syncFile(tmp, 0o600); err != nil {
 		return fail(err)
 	}
-	for _, suffix := range []string{"-wal", "-shm"} {
-		if err := os.Remove(dbPath + suffix); err != nil && !errors.Is(err, fs.ErrNotExist) {
-			return fail(err)
-		}
-	}
+	// The replaced database is kept with its -wal and -shm files (a damaged store's committed
+	// transactions may be only in its WAL), and no -wal of it is left to meet the new one.
 	if _, err := os.Stat(dbPath); err == nil {
 		res.Kept = dbPath + ".pre-restore"
 		_ = os.Remove(res.Kept)
 		if err := os.Link(dbPath, res.Kept); err != nil {
 			return fail(fmt.Errorf("keep the replaced database: %w", err))
 		}
+	}
+	if err := keepWAL(dbPath, res.Kept); err != nil {
+		return fail(err)
 	}
 	if err := os.Rename(tmp, dbPath); err != nil {
 		return fail(err)

@@ -82,7 +82,7 @@ func Open(ctx context.Context, dir string, opts *Options) (*Store, error) {
 	if o.Readers <= 0 {
 		o.Readers = 4
 	}
-	if err := os.MkdirAll(dir, 0o700); err != nil {
+	if err := prepareDir(dir, o.Logger); err != nil {
 		return nil, fmt.Errorf("sqlitestore: open %s: %w", dir, err)
 	}
 	lock, err := acquireLock(ctx, filepath.Join(dir, LockFile), o.LockWait)
@@ -117,6 +117,10 @@ func Open(ctx context.Context, dir string, opts *Options) (*Store, error) {
 		return nil, fmt.Errorf("sqlitestore: open %s: %w", dir, err)
 	}
 	if err := s.migrate(ctx, conn); err != nil {
+		conn.Close()
+		return nil, fmt.Errorf("sqlitestore: open %s: %w", dir, err)
+	}
+	if err := tightenDBFiles(filepath.Join(dir, DBFile)); err != nil {
 		conn.Close()
 		return nil, fmt.Errorf("sqlitestore: open %s: %w", dir, err)
 	}
