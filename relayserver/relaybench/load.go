@@ -59,7 +59,7 @@ func startRelay(ctx context.Context, dir string, maxGroup, conns int) (*benchRel
 	lim.MaxQueueItems, lim.MaxSenderItems, lim.MaxOwnerItems = 1<<40, 1<<40, 1<<40
 	lim.MaxQueueBytes, lim.MaxSenderBytes, lim.MaxOwnerBytes = 1<<50, 1<<50, 1<<50
 	srv, err := relayserver.New(ctx, st, relayserver.Options{Key: key, Limits: lim,
-		PushesPerMinute: -1, EnrolCallsPerMinute: -1, Version: "bench"})
+		PushesPerMinute: -1, EnrolCallsPerMinute: -1, NewEnrolmentsPerDay: -1, MaxPerClient: 1 << 20, Version: "bench"})
 	if err != nil {
 		st.Close()
 		return nil, err
