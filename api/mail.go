@@ -12,6 +12,7 @@ import (
 //	GET  /v1/thread        ?agent=&id=                   → Thread
 //	GET  /v1/search        ?agent=&q=&limit=             → SearchResult
 //	POST /v1/reply         ReplyRequest                  → SendResult
+//	GET  /v1/agents/known                                → []KnownAgent
 
 // Page sizes of InboxPage, WaitNew and Search.
 const (
@@ -44,6 +45,16 @@ type MailService interface {
 	Search(ctx context.Context, req SearchRequest) (SearchResult, error)
 	// Reply sends a message to the sender of a message the agent holds, in its thread.
 	Reply(ctx context.Context, req ReplyRequest) (SendResult, error)
+	// KnownAgents lists the agents of paired hosts this host knows of (from mail and receipts).
+	KnownAgents(ctx context.Context) ([]KnownAgent, error)
+}
+
+// KnownAgent is an agent of a paired host that this host has had mail or a delivery receipt
+// from, or sent mail to by name.
+type KnownAgent struct {
+	Host    string `json:"host"`
+	Name    string `json:"name"`
+	Address string `json:"address"` // name@host
 }
 
 // InboxRequest asks for one page of an agent's mail. Limit 0 is DefaultPage.

@@ -68,6 +68,13 @@ func (c *Client) Reply(ctx context.Context, req api.ReplyRequest) (api.SendResul
 	return res, err
 }
 
+// KnownAgents lists the agents of paired hosts the host knows of.
+func (c *Client) KnownAgents(ctx context.Context) ([]api.KnownAgent, error) {
+	var res []api.KnownAgent
+	err := c.do(ctx, http.MethodGet, "/v1/agents/known", nil, nil, &res)
+	return res, err
+}
+
 func setLimit(q url.Values, n int) {
 	if n != 0 {
 		q.Set("limit", strconv.Itoa(n))

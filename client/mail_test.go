@@ -48,6 +48,11 @@ func (m *mailFake) Reply(_ context.Context, req api.ReplyRequest) (api.SendResul
 	return api.SendResult{ID: "01JB0000000000000000000000", Hosts: []string{"h1"}}, nil
 }
 
+func (m *mailFake) KnownAgents(context.Context) ([]api.KnownAgent, error) {
+	m.got = "known"
+	return []api.KnownAgent{{Host: "h1", Name: "alice", Address: "alice@h1"}}, nil
+}
+
 func TestMailRoutesRoundTrip(t *testing.T) {
 	f := &mailFake{fake: newFake()}
 	c := dial(t, serve(t, f))
@@ -85,6 +90,11 @@ func TestMailRoutesRoundTrip(t *testing.T) {
 	check("Reply", err, api.ReplyRequest{From: "bob", ID: "01JA", Body: "thanks\n", Subject: "s"})
 	if rr.ID == "" {
 		t.Errorf("Reply = %+v", rr)
+	}
+	ks, err := c.KnownAgents(ctx)
+	check("KnownAgents", err, "known")
+	if len(ks) != 1 || ks[0].Address != "alice@h1" {
+		t.Errorf("KnownAgents = %+v", ks)
 	}
 	if _, err := c.Thread(ctx, api.ThreadRequest{ID: "missing"}); !errors.Is(err, client.ErrNotFound) {
 		t.Errorf("a missing thread: %v, want not found", err)

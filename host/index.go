@@ -24,8 +24,11 @@ var (
 	bucketIdxAgent = []byte("idx_agent")
 	// bucketFresh holds agent ‖ msg id for the copies in state delivered: new mail not yet shown.
 	bucketFresh = []byte("fresh")
+	// bucketIdxKnown holds host ‖ agent name for the agents of other hosts this host has had
+	// mail or a delivery receipt from, or sent mail to by name.
+	bucketIdxKnown = []byte("idx_known")
 
-	indexBuckets = [][]byte{bucketIdxTerms, bucketIdxThreads, bucketIdxAgent, bucketFresh}
+	indexBuckets = [][]byte{bucketIdxTerms, bucketIdxThreads, bucketIdxAgent, bucketFresh, bucketIdxKnown}
 )
 
 // maxTermBytes cuts long words: the index keeps their first 64 bytes (whole runes), and a query
@@ -85,6 +88,31 @@ func indexAgentTx(tx *bbolt.Tx, agent, id string) error {
 	return tx.Bucket(bucketIdxAgent).Put(key2(agent, id), nil)
 }
 
+// noteKnownTx records the agent of address name@host when host is origin (the peer that vouched
+// for it); origin "" records nothing.
+func noteKnownTx(tx *bbolt.Tx, address, origin string) error {
+	if origin == "" {
+		return nil
+	}
+	a, err := mbx.ParseAddress(address)
+	if err != nil || a.Kind != mbx.AddrAgent || a.Host != origin {
+		return nil
+	}
+	return tx.Bucket(bucketIdxKnown).Put(key2(a.Host, a.Name), nil)
+}
+
+// noteNamedTx records the agents a message addressed by name@host.
+func noteNamedTx(tx *bbolt.Tx, named map[string][]string) error {
+	for host, names := range named {
+		for _, n := range names {
+			if err := tx.Bucket(bucketIdxKnown).Put(key2(host, n), nil); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
 // buildIndexesTx fills the mail indexes from a store of schema 1: every message, copy and sent
 // record. It runs once, in the transaction that opens such a store.
 func buildIndexesTx(tx *bbolt.Tx) error {
@@ -99,7 +127,10 @@ func buildIndexesTx(tx *bbolt.Tx) error {
 		if _, err := getJSON(mb, k, &m); err != nil {
 			return err
 		}
-		return indexMessageTx(tx, &m)
+		if err := indexMessageTx(tx, &m); err != nil {
+			return err
+		}
+		return noteKnownTx(tx, m.From, m.Origin)
 	}); err != nil {
 		return fmt.Errorf("index messages: %w", err)
 	}
@@ -120,11 +151,25 @@ func buildIndexesTx(tx *bbolt.Tx) error {
 		return fmt.Errorf("index mailboxes: %w", err)
 	}
 	sb := tx.Bucket(bucketSent)
-	return sb.ForEach(func(k, _ []byte) error {
+	if err := sb.ForEach(func(k, _ []byte) error {
 		var rec sentRecord
 		if _, err := getJSON(sb, k, &rec); err != nil {
 			return err
 		}
+		if err := noteNamedTx(tx, rec.Named); err != nil {
+			return err
+		}
 		return indexAgentTx(tx, rec.From, rec.ID)
+	}); err != nil {
+		return fmt.Errorf("index sent mail: %w", err)
+	}
+	rs := tx.Bucket(bucketRState)
+	return rs.ForEach(func(k, _ []byte) error {
+		var r rstateRecord
+		if _, err := getJSON(rs, k, &r); err != nil {
+			return err
+		}
+		_, recipient, _ := bytes.Cut(k, []byte{0})
+		return noteKnownTx(tx, string(recipient), r.Host)
 	})
 }

@@ -61,6 +61,9 @@ func (h *Host) deliverLocalTx(tx *bbolt.Tx, msg *storedMessage, agents []string,
 		if err := indexMessageTx(tx, msg); err != nil {
 			return err
 		}
+		if err := noteKnownTx(tx, msg.From, msg.Origin); err != nil {
+			return err
+		}
 	}
 	box, unread := tx.Bucket(bucketMbox), tx.Bucket(bucketUnread)
 	for _, a := range agents {

@@ -162,6 +162,9 @@ func (h *Host) AcceptReceiptTx(tx *bbolt.Tx, item []byte, hop string) (itemID st
 	if err := putJSON(tx.Bucket(bucketRState), key2(s.Rec.Msg, s.Rec.Recipient), r); err != nil {
 		return itemID, "", err
 	}
+	if err := noteKnownTx(tx, s.Rec.Recipient, host); err != nil {
+		return itemID, "", err
+	}
 	if _, from, err := h.ob.In(tx).Settle(s.Rec.Msg, host); err != nil {
 		if !errors.Is(err, outbox.ErrNotFound) {
 			return itemID, "", err

@@ -232,6 +232,9 @@ func (h *Host) Send(ctx context.Context, req api.SendRequest) (api.SendResult, e
 		if err := indexAgentTx(tx, req.From, rec.ID); err != nil {
 			return err
 		}
+		if err := noteNamedTx(tx, rt.named); err != nil {
+			return err
+		}
 		ob := h.ob.In(tx)
 		for _, t := range targets {
 			if _, err := ob.Add(outbox.NewRow{

@@ -78,6 +78,17 @@ func TestReplyAndThreadAcrossHosts(t *testing.T) {
 		t.Fatalf("alice's thread = %v, %v; want %v", ids(ga.Messages), err, want)
 	}
 
+	// Each host now knows the other's agent: from the mail, the name@host address, the receipts.
+	for _, c := range []struct {
+		h    *testHost
+		want string
+	}{{a, "bob@beta"}, {b, "alice@alpha"}} {
+		ks, err := c.h.KnownAgents(ctx)
+		if err != nil || len(ks) != 1 || ks[0].Address != c.want {
+			t.Errorf("%s knows %+v (%v), want %s", c.h.name, ks, err, c.want)
+		}
+	}
+
 	// Another agent sees nothing of it; an unknown id is not found.
 	if _, err := b.Thread(ctx, api.ThreadRequest{Agent: "carol", ID: first.ID}); !isErr(err, ErrNotFound) {
 		t.Errorf("carol's thread of bob's mail: %v, want ErrNotFound", err)

@@ -58,11 +58,12 @@ var routes = map[string]map[string]route{
 	"/v1/status": {http.MethodGet: (*handler).status},
 	"/v1/card":   {http.MethodGet: (*handler).card},
 
-	"/v1/inbox/page": {http.MethodGet: (*handler).inboxPage},
-	"/v1/wait/new":   {http.MethodGet: (*handler).waitNew},
-	"/v1/thread":     {http.MethodGet: (*handler).thread},
-	"/v1/search":     {http.MethodGet: (*handler).search},
-	"/v1/reply":      {http.MethodPost: (*handler).reply},
+	"/v1/inbox/page":   {http.MethodGet: (*handler).inboxPage},
+	"/v1/wait/new":     {http.MethodGet: (*handler).waitNew},
+	"/v1/thread":       {http.MethodGet: (*handler).thread},
+	"/v1/search":       {http.MethodGet: (*handler).search},
+	"/v1/reply":        {http.MethodPost: (*handler).reply},
+	"/v1/agents/known": {http.MethodGet: (*handler).knownAgents},
 
 	"/v1/pair":         {http.MethodGet: (*handler).pairStatus},
 	"/v1/pair/start":   {http.MethodPost: (*handler).pairStart},

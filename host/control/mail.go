@@ -18,6 +18,7 @@ import (
 //	GET  /v1/thread      ?agent=&id=                  → api.Thread
 //	GET  /v1/search      ?agent=&q=&limit=            → api.SearchResult
 //	POST /v1/reply       api.ReplyRequest             → api.SendResult
+//	GET  /v1/agents/known                             → []api.KnownAgent
 
 var errNoMail = api.NewError(api.CodeNotFound, "this daemon has no threads, search or replies",
 	"the daemon may be of another version; compare `agentmbx version` with the daemon's")
@@ -107,6 +108,15 @@ func (h *handler) reply(w http.ResponseWriter, r *http.Request) (any, error) {
 		return nil, err
 	}
 	return ms.Reply(r.Context(), req)
+}
+
+func (h *handler) knownAgents(_ http.ResponseWriter, r *http.Request) (any, error) {
+	ms, err := h.mailSvc()
+	if err != nil {
+		return nil, err
+	}
+	ks, err := ms.KnownAgents(r.Context())
+	return nonNil(ks), err
 }
 
 // intParam reads an optional non-negative integer query parameter (absent is 0).

@@ -1,0 +1,235 @@
+package mcp
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"unicode"
+
+	"github.com/agentmbx/agentmbx/api"
+	"github.com/agentmbx/agentmbx/client"
+)
+
+// The text summaries. Everything that came from another agent (subjects, bodies, notes,
+// addresses) goes through line or block first, so no text content carries a terminal escape
+// sequence, a carriage return or a bidirectional override; the structured content keeps the
+// bytes exactly as sent.
+
+// previewRunes bounds an item's preview.
+const previewRunes = 160
+
+// hidden reports the runes a text summary shows as escapes: C0 and C1 controls and DEL,
+// the line and paragraph separators, and the bidirectional embeddings, overrides and isolates.
+func hidden(r rune) bool {
+	return r < 0x20 || (r >= 0x7f && r <= 0x9f) || r == 0x2028 || r == 0x2029 ||
+		(r >= 0x202a && r <= 0x202e) || (r >= 0x2066 && r <= 0x2069) || r == 0x200e || r == 0x200f || r == 0x061c
+}
+
+// escape writes r as visible text: \xNN for a byte-sized rune, \u{NNNN} otherwise.
+func escape(b *strings.Builder, r rune) {
+	if r <= 0xff {
+		fmt.Fprintf(b, "\\x%02x", r)
+		return
+	}
+	fmt.Fprintf(b, "\\u{%04x}", r)
+}
+
+// block is text of several lines (a body): newlines and tabs stay, other hidden runes are
+// escaped.
+func block(s string) string {
+	if !strings.ContainsFunc(s, func(r rune) bool { return hidden(r) && r != '\n' && r != '\t' }) {
+		return s
+	}
+	var b strings.Builder
+	for _, r := range s {
+		if hidden(r) && r != '\n' && r != '\t' {
+			escape(&b, r)
+			continue
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
+}
+
+// line is text on one line (a subject, an address): newlines and tabs become spaces, other
+// hidden runes are escaped.
+func line(s string) string {
+	s = strings.Map(func(r rune) rune {
+		if r == '\n' || r == '\r' || r == '\t' {
+			return ' '
+		}
+		return r
+	}, s)
+	return block(s)
+}
+
+// preview is the start of a body on one line: whitespace runs collapsed, hidden runes dropped,
+// at most previewRunes runes (with … when cut).
+func preview(body string) string {
+	f := strings.FieldsFunc(body, func(r rune) bool { return unicode.IsSpace(r) || hidden(r) })
+	s := []rune(strings.Join(f, " "))
+	if len(s) > previewRunes {
+		return string(s[:previewRunes-1]) + "…"
+	}
+	return string(s)
+}
+
+func itemLine(m Item) string {
+	return fmt.Sprintf("- %s from %s [%s] %s: %q %s", m.ID, line(m.From), m.State, m.Time, line(m.Subject), preview(m.Preview))
+}
+
+func listingText(l Listing, what string) string {
+	if len(l.Messages) == 0 && l.More == 0 {
+		return "no mail " + what
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "%d messages %s, oldest first", len(l.Messages), what)
+	if l.More > 0 {
+		fmt.Fprintf(&b, " (%d more not listed; raise limit or use since)", l.More)
+	}
+	b.WriteString(":\n")
+	for _, m := range l.Messages {
+		b.WriteString(itemLine(m) + "\n")
+	}
+	b.WriteString("Open one with mbx_read {id}.")
+	return b.String()
+}
+
+func foundText(f Found) string {
+	if len(f.Messages) == 0 {
+		return fmt.Sprintf("no messages match %q", line(f.Query))
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "%d messages match %q, newest first", len(f.Messages), line(f.Query))
+	if f.More {
+		b.WriteString(" (more match: raise limit or add words)")
+	}
+	b.WriteString(":\n")
+	for _, m := range f.Messages {
+		b.WriteString(itemLine(m) + "\n")
+	}
+	return strings.TrimSuffix(b.String(), "\n")
+}
+
+func messageText(m Message) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "id: %s\nfrom: %s\nto: %s\nsubject: %s\nkind: %s\ntime: %s\nstate: %s\n",
+		m.ID, line(m.From), line(strings.Join(m.To, ", ")), line(m.Subject), m.Kind, m.Time, m.State)
+	if m.Thread != "" && m.Thread != m.ID {
+		fmt.Fprintf(&b, "thread: %s\n", line(m.Thread))
+	}
+	if m.ReplyTo != "" {
+		fmt.Fprintf(&b, "reply-to: %s\n", line(m.ReplyTo))
+	}
+	if m.NeedsReply {
+		b.WriteString("needs-reply: yes\n")
+	}
+	if m.Note != "" {
+		fmt.Fprintf(&b, "note: %s\n", line(m.Note))
+	}
+	fmt.Fprintf(&b, "\n%s", block(m.Body))
+	return b.String()
+}
+
+func threadText(t Thread) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "thread %s: %d messages, oldest first", line(t.Thread), len(t.Messages))
+	if t.Earlier > 0 {
+		fmt.Fprintf(&b, " (%d earlier not shown)", t.Earlier)
+	}
+	for _, m := range t.Messages {
+		fmt.Fprintf(&b, "\n\n--- %s from %s [%s] %s: %q\n%s", m.ID, line(m.From), m.State, m.Time, line(m.Subject), block(m.Body))
+	}
+	return b.String()
+}
+
+func sentText(verb string, s Sent) string {
+	var to []string
+	to = append(to, s.Local...)
+	for _, h := range s.Hosts {
+		to = append(to, "host "+h)
+	}
+	txt := fmt.Sprintf("%s %s to %s", verb, s.ID, strings.Join(to, ", "))
+	if s.Queued {
+		txt += "; no daemon is running, so it is queued and leaves when `agentmbx daemon` starts"
+	}
+	return txt
+}
+
+func deliveryText(s api.Sent) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s %q from %s:", s.ID, line(s.Subject), line(s.From))
+	for _, r := range s.Recipients {
+		fmt.Fprintf(&b, "\n- %s %s", line(r.Recipient), r.State)
+		if r.At != "" {
+			fmt.Fprintf(&b, " at %s", line(r.At))
+		}
+		if r.Note != "" {
+			fmt.Fprintf(&b, " (note: %s)", line(r.Note))
+		}
+	}
+	for _, r := range s.Rows {
+		fmt.Fprintf(&b, "\n- outbox row to host %s: %s via %s, %d attempts", r.Host, r.State, r.Transport, r.Attempts)
+		if r.LastError != "" {
+			fmt.Fprintf(&b, ", last error: %s", line(r.LastError))
+		}
+	}
+	return b.String()
+}
+
+func whoamiText(w WhoAmI) string {
+	daemon := "the daemon is running"
+	if !w.Daemon {
+		daemon = "no daemon is running (start `agentmbx daemon`; until then mail is queued, not moved)"
+	}
+	relay := "no relay"
+	switch {
+	case w.Relay.Stopped:
+		relay = "relay " + w.Relay.URL + " stopped: it served another key"
+	case w.Relay.Configured && w.Relay.Enrolled:
+		relay = "relay " + w.Relay.URL + " (enrolled)"
+	case w.Relay.Configured:
+		relay = "relay " + w.Relay.URL + " (not enrolled yet)"
+	}
+	txt := fmt.Sprintf("you are %s on host %s (fingerprint %s); %s; %s", w.Address, w.Host, w.Fingerprint, daemon, relay)
+	for _, p := range w.Relay.Problems {
+		txt += "\nrelay problem: " + line(p)
+	}
+	return txt
+}
+
+func agentsText(a Agents) string {
+	var local, known []string
+	for _, x := range a.Local {
+		s := x.Name
+		if x.Role != "" {
+			s += " (" + x.Role + ")"
+		}
+		local = append(local, s)
+	}
+	for _, k := range a.Known {
+		known = append(known, line(k.Address))
+	}
+	txt := "agents here: " + orNone(local) + "\npaired hosts: " + orNone(a.Peers) + "\nknown agents there: " + orNone(known)
+	return txt + "\n(a bare name reaches that agent here and at every paired host)"
+}
+
+func orNone(s []string) string {
+	if len(s) == 0 {
+		return "none"
+	}
+	return strings.Join(s, ", ")
+}
+
+// explain makes a tool error say what to fix: the host's hint when it has one, the way to
+// start the daemon when none runs.
+func explain(err error) error {
+	if errors.Is(err, client.ErrNoDaemon) && !strings.Contains(err.Error(), "needs the agentmbx daemon") {
+		return fmt.Errorf("no agentmbx daemon is running on this host; start it with `agentmbx daemon` (%w)", err)
+	}
+	var h interface{ Hint() string }
+	if errors.As(err, &h) && h.Hint() != "" {
+		return fmt.Errorf("%w (%s)", err, h.Hint())
+	}
+	return err
+}

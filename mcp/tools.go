@@ -1,0 +1,468 @@
+package mcp
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/google/jsonschema-go/jsonschema"
+	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/agentmbx/agentmbx/api"
+)
+
+// Limits of the tools' inputs (the host checks them again).
+const (
+	// MaxWaitSeconds is the longest mbx_wait blocks.
+	MaxWaitSeconds = 300
+	// DefaultWaitSeconds is how long mbx_wait blocks without timeout_s.
+	DefaultWaitSeconds = 60
+	// maxNote is the longest acknowledgement note.
+	maxNote = 500
+)
+
+const idPattern = `^[0-9A-HJKMNP-TV-Z]{26}$`
+
+// Tool inputs. Their schemas come from these types (jsonschema tags are the descriptions),
+// tightened in register; unknown properties are refused.
+type (
+	noInput struct{}
+	sendIn  struct {
+		To      []string `json:"to" jsonschema:"recipients: name@host, a bare name (that agent here and at every paired host), role:ROLE, * (every agent) or owner; a comma-separated entry is split"`
+		Subject string   `json:"subject,omitempty" jsonschema:"subject line (default: the first line of the body)"`
+		Body    string   `json:"body" jsonschema:"the message text (at most 256 KiB)"`
+		ReplyTo string   `json:"reply_to,omitempty" jsonschema:"id of the message this one answers: the new one joins its thread"`
+	}
+	replyIn struct {
+		ID   string `json:"id" jsonschema:"id of a message in your mail; the reply goes to its sender, in its thread"`
+		Body string `json:"body" jsonschema:"the reply text"`
+	}
+	inboxIn struct {
+		Limit int    `json:"limit,omitempty" jsonschema:"how many messages to list at most (the newest ones)"`
+		Since string `json:"since,omitempty" jsonschema:"list only messages after this message id"`
+		All   bool   `json:"all,omitempty" jsonschema:"include mail already read and acknowledged"`
+	}
+	idIn struct {
+		ID string `json:"id" jsonschema:"a message id"`
+	}
+	threadIn struct {
+		ID string `json:"id" jsonschema:"a message id (or a thread id)"`
+	}
+	ackIn struct {
+		ID   string `json:"id" jsonschema:"id of a message in your mail"`
+		Note string `json:"note,omitempty" jsonschema:"a short note for the sender (at most 500 characters)"`
+	}
+	searchIn struct {
+		Query string `json:"query" jsonschema:"words to find in subjects and bodies; every word must occur; case does not matter"`
+		Limit int    `json:"limit,omitempty" jsonschema:"how many matches to return at most (newest first)"`
+	}
+	waitIn struct {
+		TimeoutS int `json:"timeout_s,omitempty" jsonschema:"seconds to wait for new mail (0 to 300)"`
+	}
+)
+
+// Tool outputs (structured content).
+type (
+	// Item is a message in a listing: a bounded one-line preview of its body.
+	Item struct {
+		ID         string `json:"id"`
+		From       string `json:"from"`
+		Subject    string `json:"subject"`
+		Preview    string `json:"preview"`
+		State      string `json:"state"`
+		Time       string `json:"time"`
+		Kind       string `json:"kind"`
+		Thread     string `json:"thread,omitempty"`
+		NeedsReply bool   `json:"needs_reply,omitempty"`
+	}
+	// Listing is mbx_inbox's and mbx_wait's answer, oldest first.
+	Listing struct {
+		Messages []Item `json:"messages"`
+		More     int    `json:"more" jsonschema:"how many matching messages were left out"`
+		TimedOut bool   `json:"timed_out,omitempty"`
+	}
+	// Message is a whole message; Body is exactly as sent.
+	Message struct {
+		ID         string   `json:"id"`
+		From       string   `json:"from"`
+		To         []string `json:"to"`
+		Subject    string   `json:"subject"`
+		Body       string   `json:"body"`
+		Kind       string   `json:"kind"`
+		Time       string   `json:"time"`
+		Thread     string   `json:"thread,omitempty"`
+		ReplyTo    string   `json:"reply_to,omitempty"`
+		NeedsReply bool     `json:"needs_reply,omitempty"`
+		State      string   `json:"state"`
+		Note       string   `json:"note,omitempty"`
+	}
+	// Sent is where a new message went.
+	Sent struct {
+		ID    string   `json:"id"`
+		Local []string `json:"local"`
+		Hosts []string `json:"hosts"`
+		// Queued says no daemon runs: the message is durable and leaves when the daemon starts.
+		Queued bool `json:"queued"`
+	}
+	// Acked is an acknowledged message.
+	Acked struct {
+		ID    string `json:"id"`
+		State string `json:"state"`
+		Note  string `json:"note,omitempty"`
+	}
+	// Thread is a thread's messages, oldest first.
+	Thread struct {
+		Thread   string    `json:"thread"`
+		Messages []Message `json:"messages"`
+		Earlier  int       `json:"earlier,omitempty"`
+	}
+	// Found is mbx_search's answer, newest first.
+	Found struct {
+		Query    string `json:"query"`
+		Messages []Item `json:"messages"`
+		More     bool   `json:"more"`
+	}
+	// WhoAmI describes the agent, its host, the daemon and the relay.
+	WhoAmI struct {
+		Agent       string `json:"agent"`
+		Address     string `json:"address"`
+		Host        string `json:"host"`
+		Fingerprint string `json:"fingerprint"`
+		Daemon      bool   `json:"daemon"`
+		Relay       Relay  `json:"relay"`
+	}
+	// Relay is the host's relay as mbx_whoami shows it.
+	Relay struct {
+		Configured bool     `json:"configured"`
+		URL        string   `json:"url,omitempty"`
+		Enrolled   bool     `json:"enrolled"`
+		Stopped    bool     `json:"stopped,omitempty"`
+		Problems   []string `json:"problems,omitempty"`
+	}
+	// Agents lists the local agents and the known agents of paired hosts.
+	Agents struct {
+		Local []api.Agent      `json:"local"`
+		Known []api.KnownAgent `json:"known"`
+		Peers []string         `json:"peers"`
+	}
+)
+
+func ptr[T any](v T) *T { return &v }
+
+// annotations: every tool acts on this host's mailbox only (a closed world) except sending.
+func ann(title string, readOnly, idempotent, openWorld bool) *sdk.ToolAnnotations {
+	return &sdk.ToolAnnotations{Title: title, ReadOnlyHint: readOnly, DestructiveHint: ptr(false),
+		IdempotentHint: idempotent, OpenWorldHint: ptr(openWorld)}
+}
+
+// schema is the input schema of T with fix applied to its properties.
+func schema[T any](fix func(p map[string]*jsonschema.Schema)) *jsonschema.Schema {
+	s, err := jsonschema.For[T](nil)
+	if err != nil {
+		panic(err)
+	}
+	if fix != nil {
+		fix(s.Properties)
+	}
+	return s
+}
+
+func idProp(p *jsonschema.Schema) { p.Pattern = idPattern }
+
+func limitProp(p *jsonschema.Schema, def int) {
+	p.Minimum, p.Maximum, p.Default = ptr(1.0), ptr(float64(api.MaxPage)), []byte(fmt.Sprint(def))
+}
+
+func (t *tools) register(s *sdk.Server) {
+	sdk.AddTool(s, &sdk.Tool{Name: "mbx_whoami", Description: "Who you are: your agent address, your host and its fingerprint, whether the daemon runs, and the relay's state.",
+		Annotations: ann("Who am I", true, true, false)}, t.whoami)
+	sdk.AddTool(s, &sdk.Tool{Name: "mbx_agents", Description: "The agents of this host (with roles), the paired hosts, and the agents known at them.",
+		Annotations: ann("List agents", true, true, false)}, t.agents)
+	sdk.AddTool(s, &sdk.Tool{Name: "mbx_send", Description: "Send a message. Returns its id and the hosts it goes to; it is durable when this returns.",
+		Annotations: ann("Send mail", false, false, true),
+		InputSchema: schema[sendIn](func(p map[string]*jsonschema.Schema) {
+			p["to"].Types, p["to"].Type, p["to"].MinItems = nil, "array", ptr(1)
+			p["to"].Items.MinLength = ptr(1)
+			idProp(p["reply_to"])
+		})}, t.send)
+	sdk.AddTool(s, &sdk.Tool{Name: "mbx_reply", Description: "Reply to a message in your mail: to its sender (its recipients, for your own message), in its thread.",
+		Annotations: ann("Reply", false, false, true),
+		InputSchema: schema[replyIn](func(p map[string]*jsonschema.Schema) { idProp(p["id"]) })}, t.reply)
+	sdk.AddTool(s, &sdk.Tool{Name: "mbx_inbox", Description: "List your mail, newest last: unread by default, everything with all. Each item has a short preview; mbx_read opens one. Says how many more there are.",
+		Annotations: ann("Inbox", false, true, false),
+		InputSchema: schema[inboxIn](func(p map[string]*jsonschema.Schema) {
+			limitProp(p["limit"], api.DefaultPage)
+			idProp(p["since"])
+		})}, t.inbox)
+	sdk.AddTool(s, &sdk.Tool{Name: "mbx_read", Description: "Open one message of yours: the whole message, exactly as sent. Marks it read (its sender sees that).",
+		Annotations: ann("Read a message", false, true, false),
+		InputSchema: schema[idIn](func(p map[string]*jsonschema.Schema) { idProp(p["id"]) })}, t.read)
+	sdk.AddTool(s, &sdk.Tool{Name: "mbx_ack", Description: "Acknowledge a message, with an optional note: its sender sees it in mbx_sent.",
+		Annotations: ann("Acknowledge", false, true, false),
+		InputSchema: schema[ackIn](func(p map[string]*jsonschema.Schema) {
+			idProp(p["id"])
+			p["note"].MaxLength = ptr(maxNote)
+		})}, t.ack)
+	sdk.AddTool(s, &sdk.Tool{Name: "mbx_sent", Description: "Where a message this host sent is: each recipient's state (queued, delivered, notified, read, acked) and each outbox row.",
+		Annotations: ann("Delivery state", true, true, false),
+		InputSchema: schema[idIn](func(p map[string]*jsonschema.Schema) { idProp(p["id"]) })}, t.sent)
+	sdk.AddTool(s, &sdk.Tool{Name: "mbx_thread", Description: "The messages of a message's thread that are your mail (received and sent), oldest first, whole.",
+		Annotations: ann("Thread", true, true, false),
+		InputSchema: schema[threadIn](func(p map[string]*jsonschema.Schema) {
+			p["id"].MinLength, p["id"].MaxLength = ptr(1), ptr(128)
+		})}, t.thread)
+	sdk.AddTool(s, &sdk.Tool{Name: "mbx_search", Description: "Find your messages (received and sent) whose subject or body holds every word of the query, newest first.",
+		Annotations: ann("Search", true, true, false),
+		InputSchema: schema[searchIn](func(p map[string]*jsonschema.Schema) {
+			p["query"].MinLength, p["query"].MaxLength = ptr(1), ptr(api.MaxQuery)
+			limitProp(p["limit"], api.DefaultPage)
+		})}, t.search)
+	sdk.AddTool(s, &sdk.Tool{Name: "mbx_wait", Description: "Block until new mail arrives for you (or timeout_s passes) and list it like mbx_inbox; each new message is listed once. Needs the daemon.",
+		Annotations: ann("Wait for mail", false, false, false),
+		InputSchema: schema[waitIn](func(p map[string]*jsonschema.Schema) {
+			p["timeout_s"].Minimum, p["timeout_s"].Maximum = ptr(0.0), ptr(float64(MaxWaitSeconds))
+			p["timeout_s"].Default = []byte(fmt.Sprint(DefaultWaitSeconds))
+		})}, t.wait)
+}
+
+// result is a tool's answer: a short text summary beside the structured output.
+func result(text string) *sdk.CallToolResult {
+	return &sdk.CallToolResult{Content: []sdk.Content{&sdk.TextContent{Text: text}}}
+}
+
+func (t *tools) whoami(ctx context.Context, _ *sdk.CallToolRequest, _ noInput) (*sdk.CallToolResult, WhoAmI, error) {
+	var out WhoAmI
+	err := t.with(ctx, func(c Conn) error {
+		st, err := c.Host.Status(ctx)
+		if err != nil {
+			return err
+		}
+		rs, err := c.Host.RelayStatus(ctx)
+		if err != nil {
+			return err
+		}
+		out = WhoAmI{Agent: t.agent, Address: t.agent + "@" + st.Host, Host: st.Host, Fingerprint: st.Fingerprint,
+			Daemon: c.Daemon, Relay: Relay{Configured: rs.Configured, URL: rs.URL, Enrolled: rs.Enrolled, Stopped: rs.Stopped}}
+		for _, p := range rs.Problems {
+			out.Relay.Problems = append(out.Relay.Problems, p.Op+": "+p.Error)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, out, explain(err)
+	}
+	return result(whoamiText(out)), out, nil
+}
+
+func (t *tools) agents(ctx context.Context, _ *sdk.CallToolRequest, _ noInput) (*sdk.CallToolResult, Agents, error) {
+	out := Agents{Local: []api.Agent{}, Known: []api.KnownAgent{}, Peers: []string{}}
+	err := t.with(ctx, func(c Conn) error {
+		as, err := c.Host.Agents(ctx)
+		if err != nil {
+			return err
+		}
+		ps, err := c.Host.Peers(ctx)
+		if err != nil {
+			return err
+		}
+		ks, err := c.Host.KnownAgents(ctx)
+		if err != nil {
+			return err
+		}
+		out.Local = append(out.Local, as...)
+		out.Known = append(out.Known, ks...)
+		for _, p := range ps {
+			out.Peers = append(out.Peers, p.Host)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, out, explain(err)
+	}
+	return result(agentsText(out)), out, nil
+}
+
+func (t *tools) send(ctx context.Context, _ *sdk.CallToolRequest, in sendIn) (*sdk.CallToolResult, Sent, error) {
+	var to []string
+	for _, e := range in.To {
+		for _, a := range strings.Split(e, ",") {
+			if a = strings.TrimSpace(a); a != "" {
+				to = append(to, a)
+			}
+		}
+	}
+	if len(to) == 0 {
+		return nil, Sent{}, fmt.Errorf("no recipients: give to as a list of addresses, like [\"bob@desk\"]")
+	}
+	var out Sent
+	err := t.with(ctx, func(c Conn) error {
+		res, err := c.Host.Send(ctx, api.SendRequest{From: t.agent, To: to, Subject: in.Subject, Body: in.Body, ReplyTo: in.ReplyTo})
+		out = sentOf(res, !c.Daemon)
+		return err
+	})
+	if err != nil {
+		return nil, out, explain(err)
+	}
+	return result(sentText("sent", out)), out, nil
+}
+
+func (t *tools) reply(ctx context.Context, _ *sdk.CallToolRequest, in replyIn) (*sdk.CallToolResult, Sent, error) {
+	var out Sent
+	err := t.with(ctx, func(c Conn) error {
+		res, err := c.Host.Reply(ctx, api.ReplyRequest{From: t.agent, ID: in.ID, Body: in.Body})
+		out = sentOf(res, !c.Daemon)
+		return err
+	})
+	if err != nil {
+		return nil, out, explain(err)
+	}
+	return result(sentText("replied with", out)), out, nil
+}
+
+func sentOf(r api.SendResult, queued bool) Sent {
+	s := Sent{ID: r.ID, Local: r.Local, Hosts: r.Hosts, Queued: queued && len(r.Hosts) > 0}
+	if s.Local == nil {
+		s.Local = []string{}
+	}
+	if s.Hosts == nil {
+		s.Hosts = []string{}
+	}
+	return s
+}
+
+func (t *tools) inbox(ctx context.Context, _ *sdk.CallToolRequest, in inboxIn) (*sdk.CallToolResult, Listing, error) {
+	var out Listing
+	err := t.with(ctx, func(c Conn) error {
+		p, err := c.Host.InboxPage(ctx, api.InboxRequest{Agent: t.agent, All: in.All, Since: in.Since, Limit: in.Limit})
+		out = listingOf(p)
+		return err
+	})
+	if err != nil {
+		return nil, out, explain(err)
+	}
+	what := "unread"
+	if in.All {
+		what = "in your mail"
+	}
+	return result(listingText(out, what)), out, nil
+}
+
+func (t *tools) wait(ctx context.Context, _ *sdk.CallToolRequest, in waitIn) (*sdk.CallToolResult, Listing, error) {
+	var out Listing
+	err := t.with(ctx, func(c Conn) error {
+		if !c.Daemon {
+			return needDaemon("mbx_wait")
+		}
+		p, err := c.Host.WaitNew(ctx, api.WaitRequest{Agent: t.agent, Timeout: time.Duration(in.TimeoutS) * time.Second})
+		out = listingOf(p)
+		out.TimedOut = err == nil && len(p.Messages) == 0
+		return err
+	})
+	if err != nil {
+		return nil, out, explain(err)
+	}
+	if out.TimedOut {
+		return result(fmt.Sprintf("no new mail in %ds", in.TimeoutS)), out, nil
+	}
+	return result(listingText(out, "new")), out, nil
+}
+
+func listingOf(p api.InboxPage) Listing {
+	l := Listing{Messages: make([]Item, 0, len(p.Messages)), More: p.More}
+	for _, m := range p.Messages {
+		l.Messages = append(l.Messages, itemOf(m))
+	}
+	return l
+}
+
+func itemOf(m api.Message) Item {
+	return Item{ID: m.ID, From: m.From, Subject: m.Subject, Preview: preview(m.Body), State: m.State,
+		Time: m.TS, Kind: m.Kind, Thread: m.Thread, NeedsReply: m.NeedsReply}
+}
+
+func messageOf(m api.Message) Message {
+	to := m.To
+	if to == nil {
+		to = []string{}
+	}
+	return Message{ID: m.ID, From: m.From, To: to, Subject: m.Subject, Body: m.Body, Kind: m.Kind, Time: m.TS,
+		Thread: m.Thread, ReplyTo: m.ReplyTo, NeedsReply: m.NeedsReply, State: m.State, Note: m.Note}
+}
+
+func (t *tools) read(ctx context.Context, _ *sdk.CallToolRequest, in idIn) (*sdk.CallToolResult, Message, error) {
+	var out Message
+	err := t.with(ctx, func(c Conn) error {
+		m, err := c.Host.Read(ctx, api.ReadRequest{ID: in.ID, Agent: t.agent})
+		out = messageOf(m)
+		return err
+	})
+	if err != nil {
+		return nil, out, explain(err)
+	}
+	return result(messageText(out)), out, nil
+}
+
+func (t *tools) ack(ctx context.Context, _ *sdk.CallToolRequest, in ackIn) (*sdk.CallToolResult, Acked, error) {
+	var out Acked
+	err := t.with(ctx, func(c Conn) error {
+		m, err := c.Host.Ack(ctx, api.AckRequest{ID: in.ID, Agent: t.agent, Note: in.Note})
+		out = Acked{ID: m.ID, State: m.State, Note: m.Note}
+		return err
+	})
+	if err != nil {
+		return nil, out, explain(err)
+	}
+	return result(fmt.Sprintf("acknowledged %s; its sender sees it in mbx_sent", out.ID)), out, nil
+}
+
+func (t *tools) sent(ctx context.Context, _ *sdk.CallToolRequest, in idIn) (*sdk.CallToolResult, api.Sent, error) {
+	var out api.Sent
+	err := t.with(ctx, func(c Conn) error {
+		s, err := c.Host.Sent(ctx, in.ID)
+		out = s
+		return err
+	})
+	if err != nil {
+		return nil, out, explain(err)
+	}
+	if out.Recipients == nil {
+		out.Recipients = []api.Recipient{}
+	}
+	if out.Rows == nil {
+		out.Rows = []api.OutboxRow{}
+	}
+	return result(deliveryText(out)), out, nil
+}
+
+func (t *tools) thread(ctx context.Context, _ *sdk.CallToolRequest, in threadIn) (*sdk.CallToolResult, Thread, error) {
+	var out Thread
+	err := t.with(ctx, func(c Conn) error {
+		th, err := c.Host.Thread(ctx, api.ThreadRequest{Agent: t.agent, ID: in.ID})
+		out = Thread{Thread: th.Thread, Messages: make([]Message, 0, len(th.Messages)), Earlier: th.Earlier}
+		for _, m := range th.Messages {
+			out.Messages = append(out.Messages, messageOf(m))
+		}
+		return err
+	})
+	if err != nil {
+		return nil, out, explain(err)
+	}
+	return result(threadText(out)), out, nil
+}
+
+func (t *tools) search(ctx context.Context, _ *sdk.CallToolRequest, in searchIn) (*sdk.CallToolResult, Found, error) {
+	var out Found
+	err := t.with(ctx, func(c Conn) error {
+		r, err := c.Host.Search(ctx, api.SearchRequest{Agent: t.agent, Query: in.Query, Limit: in.Limit})
+		out = Found{Query: in.Query, Messages: make([]Item, 0, len(r.Messages)), More: r.More}
+		for _, m := range r.Messages {
+			out.Messages = append(out.Messages, itemOf(m))
+		}
+		return err
+	})
+	if err != nil {
+		return nil, out, explain(err)
+	}
+	return result(foundText(out)), out, nil
+}
