@@ -3,6 +3,7 @@ package mbx
 import (
 	"encoding/json"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -97,7 +98,105 @@ func NewAccept(relayPub, epoch, senderPub, itemID string, targets []AcceptTarget
 }
 
 // SigningInput is the canonical JSON of the statement.
-func (a Accept) SigningInput() ([]byte, error) { return Canonical(a) }
+func (a Accept) SigningInput() ([]byte, error) {
+	if b, ok := appendAcceptJSON(make([]byte, 0, 384), a, true); ok {
+		return b, nil
+	}
+	return Canonical(a)
+}
+
+// appendAcceptJSON appends a as JSON without a generic encoder, the relay's hot path: canonical
+// (keys in canonical order) or in field order as encoding/json writes it. ok is false when a holds
+// a string that is not plain printable ASCII or a number outside the safe integer range; only the
+// generic encoders spell those right.
+func appendAcceptJSON(buf []byte, a Accept, canonical bool) ([]byte, bool) {
+	ok := plainASCII(a.Type) && plainASCII(a.RelayPubkey) && plainASCII(a.Epoch) &&
+		plainASCII(a.SenderPubkey) && plainASCII(a.ItemID) && plainASCII(a.At) && safeInt(int64(a.V))
+	for _, t := range a.Targets {
+		ok = ok && plainASCII(t.HostPubkey) && plainASCII(t.WireHash) && safeInt(t.Seq)
+	}
+	if !ok {
+		return buf, false
+	}
+	str := func(k, v string) {
+		buf = append(append(append(append(buf, '"'), k...), `":"`...), v...)
+		buf = append(buf, '"')
+	}
+	num := func(k string, v int64) {
+		buf = strconv.AppendInt(append(append(append(buf, '"'), k...), `":`...), v, 10)
+	}
+	targets := func() {
+		buf = append(buf, `"targets":`...)
+		if a.Targets == nil {
+			buf = append(buf, "null"...)
+			return
+		}
+		buf = append(buf, '[')
+		for i, t := range a.Targets {
+			if i > 0 {
+				buf = append(buf, ',')
+			}
+			buf = append(buf, '{')
+			str("host_pubkey", t.HostPubkey)
+			buf = append(buf, ',')
+			num("seq", t.Seq)
+			buf = append(buf, ',')
+			str("wire_hash", t.WireHash)
+			buf = append(buf, '}')
+		}
+		buf = append(buf, ']')
+	}
+	buf = append(buf, '{')
+	if canonical {
+		str("at", a.At)
+		buf = append(buf, ',')
+		str("epoch", a.Epoch)
+		buf = append(buf, ',')
+		str("item_id", a.ItemID)
+		buf = append(buf, ',')
+		str("relay_pubkey", a.RelayPubkey)
+		buf = append(buf, ',')
+		str("sender_pubkey", a.SenderPubkey)
+		buf = append(buf, ',')
+		targets()
+		buf = append(buf, ',')
+		str("type", a.Type)
+		buf = append(buf, ',')
+		num("v", int64(a.V))
+	} else {
+		num("v", int64(a.V))
+		buf = append(buf, ',')
+		str("type", a.Type)
+		buf = append(buf, ',')
+		str("relay_pubkey", a.RelayPubkey)
+		buf = append(buf, ',')
+		str("epoch", a.Epoch)
+		buf = append(buf, ',')
+		str("sender_pubkey", a.SenderPubkey)
+		buf = append(buf, ',')
+		str("item_id", a.ItemID)
+		buf = append(buf, ',')
+		targets()
+		buf = append(buf, ',')
+		str("at", a.At)
+	}
+	return append(buf, '}'), true
+}
+
+// plainASCII reports whether s needs no escaping in JSON by any encoder: printable ASCII without
+// quotes or backslashes.
+func plainASCII(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c > 0x7e || c == '"' || c == '\\' {
+			return false
+		}
+	}
+	return true
+}
+
+// safeInt reports whether v is an integer JSON numbers carry exactly, spelled the same by every
+// encoder.
+func safeInt(v int64) bool { return v >= -(1<<53) && v <= 1<<53 }
 
 // SignAccept signs the statement with the relay key.
 func SignAccept(relay SigningKey, a Accept) (string, error) {
@@ -115,9 +214,11 @@ func AcceptedResult(relay SigningKey, status string, a Accept) (PushResult, erro
 	if err != nil {
 		return PushResult{}, err
 	}
-	raw, err := marshalJSON(a)
-	if err != nil {
-		return PushResult{}, fmt.Errorf("sign accept: %w", err)
+	raw, ok := appendAcceptJSON(nil, a, false)
+	if !ok {
+		if raw, err = marshalJSON(a); err != nil {
+			return PushResult{}, fmt.Errorf("sign accept: %w", err)
+		}
 	}
 	targets := make([]ResultTarget, len(a.Targets))
 	for i, t := range a.Targets {

@@ -112,6 +112,7 @@ func BenchmarkPushBatch200(b *testing.B) {
 	a, t1 := newHost(b, "alpha", 1), newHost(b, "beta", 2)
 	r.enrol(a)
 	r.enrol(t1)
+	cpu0 := cpuTime()
 	b.ResetTimer()
 	for n := 0; n < b.N; n++ {
 		items := make([]mbx.PushItem, 200)
@@ -134,6 +135,7 @@ func BenchmarkPushBatch200(b *testing.B) {
 		}
 	}
 	b.ReportMetric(float64(200*b.N)/b.Elapsed().Seconds(), "items/s")
+	b.ReportMetric(float64((cpuTime()-cpu0).Microseconds())/float64(200*b.N), "cpu-µs/item")
 }
 
 // fill queues n items of 100 wire bytes for each target directly through the store, in large

@@ -6,9 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"runtime"
 	"slices"
+	"sync"
 	"time"
-	"unicode/utf16"
 
 	"github.com/agentmbx/agentmbx/internal/failpoint"
 	"github.com/agentmbx/agentmbx/mbx"
@@ -80,7 +81,7 @@ func (s *Server) parsePush(body []byte) ([]*pushWork, error) {
 		if !k.Valid() {
 			return nil, fmt.Errorf("%w: items[%d]: unknown kind %q", ErrBadRequest, i, it.Kind)
 		}
-		if it.ItemID == "" || len(utf16.Encode([]rune(it.ItemID))) > mbx.MaxItemIDLen {
+		if it.ItemID == "" || utf16Len(it.ItemID) > mbx.MaxItemIDLen {
 			return nil, fmt.Errorf("%w: items[%d]: item_id must be 1 to %d characters", ErrBadRequest, i, mbx.MaxItemIDLen)
 		}
 		if len(it.Targets) == 0 || len(it.Targets) > s.lim.MaxTargets {
@@ -105,13 +106,11 @@ func (s *Server) parsePush(body []byte) ([]*pushWork, error) {
 // checkItem applies the checks that need no state: size, repeated targets, and the wire rules of
 // the kind. It sets w.code on a refusal.
 func (s *Server) checkItem(w *pushWork, sender string) {
-	seen := make(map[string]bool, len(w.targets))
-	for _, t := range w.targets {
-		if seen[t.pub] {
+	for i, t := range w.targets {
+		if slices.ContainsFunc(w.targets[:i], func(o pushTarget) bool { return o.pub == t.pub }) {
 			w.code = RejectDuplicateTarget
 			return
 		}
-		seen[t.pub] = true
 		if int64(len(t.wire)) > s.lim.MaxItemBytes {
 			w.code = RejectTooLarge
 			return
@@ -235,6 +234,63 @@ func countFunc[T any](s []T, f func(T) bool) int {
 	return n
 }
 
+// utf16Len is the length of s in UTF-16 code units, as JavaScript counts it.
+func utf16Len(s string) int {
+	n := 0
+	for _, r := range s {
+		n++
+		if r >= 0x10000 {
+			n++
+		}
+	}
+	return n
+}
+
+// signChunk is the least number of accept statements worth a goroutine of their own.
+const signChunk = 16
+
+// pushResults fills results with each item's answer; the accept statements of a batch are signed
+// in parallel across the cores.
+func (s *Server) pushResults(results []mbx.PushResult, work []*pushWork, sender string) error {
+	workers := min(runtime.GOMAXPROCS(0), (len(work)+signChunk-1)/signChunk)
+	if workers <= 1 {
+		return s.resultRange(results, work, sender, 0, 1)
+	}
+	errs := make([]error, workers)
+	var wg sync.WaitGroup
+	for k := range workers {
+		wg.Go(func() { errs[k] = s.resultRange(results, work, sender, k, workers) })
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// resultRange fills the results of items first, first+step, first+2·step, ...
+func (s *Server) resultRange(results []mbx.PushResult, work []*pushWork, sender string, first, step int) error {
+	for i := first; i < len(work); i += step {
+		it := work[i]
+		if it.code != "" {
+			results[i] = mbx.RejectedResult(it.itemID, it.code)
+			continue
+		}
+		targets := make([]mbx.AcceptTarget, len(it.targets))
+		for j, t := range it.targets {
+			targets[j] = mbx.AcceptTarget{HostPubkey: t.pub, Seq: it.seqs[j], WireHash: t.hash}
+		}
+		status := mbx.StatusAccepted
+		if it.dup {
+			status = mbx.StatusDuplicate
+		}
+		a := mbx.NewAccept(s.key.PublicKey(), s.epoch, sender, it.itemID, targets, it.firstAt)
+		res, err := mbx.AcceptedResult(s.key, status, a)
+		if err != nil {
+			return err
+		}
+		results[i] = res
+	}
+	return nil
+}
+
 // handlePush is POST /v2/relay/items (spec §3).
 func (s *Server) handlePush(w http.ResponseWriter, r *http.Request) {
 	caller, body, ok := s.signedBody(w, r, s.opt.MaxBody)
@@ -273,7 +329,13 @@ func (s *Server) handlePush(w http.ResponseWriter, r *http.Request) {
 				if it.code != "" {
 					continue
 				}
-				err := tx.Unit(func(tx Tx) error { return s.storeItem(tx, it, sender, now) })
+				var err error
+				if len(it.targets) == 1 {
+					// Refused before anything is written: the item needs no savepoint of its own.
+					err = s.storeItem(tx, it, sender, now)
+				} else {
+					err = tx.Unit(func(tx Tx) error { return s.storeItem(tx, it, sender, now) })
+				}
 				var rj *rejection
 				switch {
 				case errors.As(err, &rj):
@@ -298,26 +360,9 @@ func (s *Server) handlePush(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	resp := mbx.PushResponse{Results: make([]mbx.PushResult, len(work))}
-	for i, it := range work {
-		if it.code != "" {
-			resp.Results[i] = mbx.RejectedResult(it.itemID, it.code)
-			continue
-		}
-		targets := make([]mbx.AcceptTarget, len(it.targets))
-		for j, t := range it.targets {
-			targets[j] = mbx.AcceptTarget{HostPubkey: t.pub, Seq: it.seqs[j], WireHash: t.hash}
-		}
-		status := mbx.StatusAccepted
-		if it.dup {
-			status = mbx.StatusDuplicate
-		}
-		a := mbx.NewAccept(s.key.PublicKey(), s.epoch, sender, it.itemID, targets, it.firstAt)
-		res, err := mbx.AcceptedResult(s.key, status, a)
-		if err != nil {
-			s.writeError(w, r, fmt.Errorf("push: sign accept: %w", err))
-			return
-		}
-		resp.Results[i] = res
+	if err := s.pushResults(resp.Results, work, sender); err != nil {
+		s.writeError(w, r, fmt.Errorf("push: sign accept: %w", err))
+		return
 	}
 	s.met.pushed(work)
 	_ = failpoint.Inject(FailAfterCommitBeforeResponse)

@@ -10,6 +10,8 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"strconv"
+	"sync"
 	"time"
 
 	"github.com/agentmbx/agentmbx/mbx"
@@ -329,11 +331,20 @@ func (s *Server) publicJSON(w http.ResponseWriter, r *http.Request, v any) bool 
 	return true
 }
 
+// jsonBufs are the response buffers writeJSON reuses.
+var jsonBufs = sync.Pool{New: func() any { return new(bytes.Buffer) }}
+
 // writeJSON writes v as the response, without Go's HTML escaping (bytes as JSON.stringify would
 // write them).
 func (s *Server) writeJSON(w http.ResponseWriter, status int, v any) {
-	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
+	buf := jsonBufs.Get().(*bytes.Buffer)
+	defer func() {
+		if buf.Cap() <= 1<<20 { // a huge page's buffer is not kept
+			buf.Reset()
+			jsonBufs.Put(buf)
+		}
+	}()
+	enc := json.NewEncoder(buf)
 	enc.SetEscapeHTML(false)
 	if err := enc.Encode(v); err != nil {
 		s.log.Error("encode response", "err", err)
@@ -341,7 +352,9 @@ func (s *Server) writeJSON(w http.ResponseWriter, status int, v any) {
 		return
 	}
 	b := bytes.TrimSuffix(buf.Bytes(), []byte("\n"))
-	w.Header().Set("Content-Type", "application/json")
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	h.Set("Content-Length", strconv.Itoa(len(b)))
 	w.WriteHeader(status)
 	_, _ = w.Write(b)
 }

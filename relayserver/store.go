@@ -21,7 +21,9 @@ type Store interface {
 	// ErrCommit and nothing of any of them is stored.
 	//
 	// fn runs on the backend's writer and must not block on anything but the Tx; it may run
-	// nested atomic units with Tx.Unit.
+	// nested atomic units with Tx.Unit. A backend may run fn more than once (after rolling back
+	// what an earlier run did, e.g. to re-run a group without a failed unit): fn must set
+	// everything it reports from scratch on each run.
 	Update(ctx context.Context, fn func(Tx) error) error
 
 	// Meta returns the store's identity: epoch, relay key, schema version, heartbeat.

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"time"
 )
 
@@ -26,17 +27,27 @@ func ed25519Costs(d time.Duration) (sign, verify time.Duration, err error) {
 	return sign, verify, nil
 }
 
-// timeLoop calls fn for at least d (and at least 16 times) and returns the mean time of a call.
+// timeLoop calls fn for at least d of CPU time (and at least 16 times) and returns the mean CPU
+// time of a call: the thread's own where the platform says, else the wall clock's.
 func timeLoop(d time.Duration, fn func()) time.Duration {
-	start := time.Now()
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	clock := threadCPU
+	if _, ok := threadCPU(); !ok {
+		t0 := time.Now()
+		clock = func() (time.Duration, bool) { return time.Since(t0), true }
+	}
+	start, _ := clock()
 	n := 0
-	for n < 16 || time.Since(start) < d {
+	for {
 		for range 16 {
 			fn()
 		}
 		n += 16
+		if now, _ := clock(); now-start >= d {
+			return (now - start) / time.Duration(n)
+		}
 	}
-	return time.Since(start) / time.Duration(n)
 }
 
 // fsyncRate writes and fsyncs one 4 KiB block after another into a scratch file in dir for about

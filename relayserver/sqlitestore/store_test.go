@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"path/filepath"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -179,10 +180,11 @@ func TestSeqFloorSurvivesReopen(t *testing.T) {
 // that unit is running, so the test can queue more units behind it deterministically.
 func holdWriter(t *testing.T, s *Store, release chan struct{}) chan error {
 	started := make(chan struct{})
+	var once sync.Once
 	res := make(chan error, 1)
 	go func() {
 		res <- s.Update(ctx, func(tx relayserver.Tx) error {
-			close(started)
+			once.Do(func() { close(started) }) // a unit may run again (Store.Update)
 			<-release
 			_, err := tx.InsertItem(item(key(9), key(8), "first", "f", 1))
 			return err
@@ -274,4 +276,55 @@ func TestFailedCommitFailsEveryUnitInIt(t *testing.T) {
 	}
 	// The writer recovers: the next unit commits.
 	insert(t, s, item(key(9), key(1), "after", "a", 1))
+}
+
+// A unit that fails after writing runs without a savepoint of its own: the writer rolls the group
+// back and runs the others again, so its writes vanish and theirs commit, still in one commit.
+func TestUnitFailingAfterWriteLeavesTheGroupIntact(t *testing.T) {
+	s := openT(t, t.TempDir())
+	var sizes []int
+	s.w.beforeCommit = func(n int) error { sizes = append(sizes, n); return nil }
+	release := make(chan struct{})
+	first := holdWriter(t, s, release)
+	boom := errors.New("boom")
+	units := []func(relayserver.Tx) error{
+		func(tx relayserver.Tx) error { _, err := tx.InsertItem(item(key(9), key(1), "a", "a", 1)); return err },
+		func(tx relayserver.Tx) error {
+			if _, err := tx.InsertItem(item(key(9), key(2), "b", "b", 1)); err != nil {
+				return err
+			}
+			return boom // after writing
+		},
+		func(relayserver.Tx) error { return boom }, // before writing
+		func(tx relayserver.Tx) error { _, err := tx.InsertItem(item(key(9), key(3), "d", "d", 1)); return err },
+	}
+	errs := make([]chan error, len(units))
+	for i, fn := range units {
+		errs[i] = make(chan error, 1)
+		go func() { errs[i] <- s.Update(ctx, fn) }()
+		waitQueued(t, s, i+1) // queued in order
+	}
+	close(release)
+	if err := <-first; err != nil {
+		t.Fatal(err)
+	}
+	for i, want := range []error{nil, boom, boom, nil} {
+		if err := <-errs[i]; !errors.Is(err, want) || (want == nil && err != nil) {
+			t.Errorf("unit %d = %v, want %v", i, err, want)
+		}
+	}
+	p, err := s.Pull(ctx, key(9), 0, 100, 1<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, it := range p.Items {
+		got = append(got, it.ItemID)
+	}
+	if !slices.Equal(got, []string{"first", "a", "d"}) {
+		t.Errorf("queue = %v, want [first a d]", got)
+	}
+	if len(sizes) != 1 || sizes[0] != 5 {
+		t.Errorf("commit group sizes = %v, want one commit of 5 units", sizes)
+	}
 }

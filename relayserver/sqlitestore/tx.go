@@ -19,6 +19,8 @@ type tx struct {
 	q      *stmtCache
 	depth  int
 	broken error
+	// savepoints: the writer's top-level units run in savepoints too (see writer.group).
+	savepoints bool
 }
 
 var bg = context.Background()
@@ -87,14 +89,7 @@ func (t *tx) Unit(fn func(relayserver.Tx) error) (err error) {
 	if _, err := t.q.ExecContext(bg, sp.begin); err != nil {
 		return fmt.Errorf("savepoint: %w", err)
 	}
-	func() {
-		defer func() {
-			if p := recover(); p != nil {
-				err = fmt.Errorf("unit panicked: %v", p)
-			}
-		}()
-		err = fn(t)
-	}()
+	err = t.call(fn)
 	if err != nil {
 		if _, rerr := t.q.ExecContext(bg, sp.rollback); rerr != nil {
 			t.broken = fmt.Errorf("%w: %v", errBroken, rerr)
@@ -108,6 +103,16 @@ func (t *tx) Unit(fn func(relayserver.Tx) error) (err error) {
 		}
 	}
 	return err
+}
+
+// call runs fn, turning a panic into its error.
+func (t *tx) call(fn func(relayserver.Tx) error) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("unit panicked: %v", p)
+		}
+	}()
+	return fn(t)
 }
 
 const enrolmentCols = `host_pubkey, host_name, owner_fp, COALESCE(account, ''), org, authorized_by,

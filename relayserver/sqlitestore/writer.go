@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -55,7 +56,7 @@ type writer struct {
 func newWriter(conn *sql.Conn, maxGroup int) *writer {
 	return &writer{
 		conn:     conn,
-		q:        &stmtCache{conn: conn, stmts: map[string]*sql.Stmt{}},
+		q:        &stmtCache{conn: conn, stmts: map[string]cachedStmt{}},
 		maxGroup: maxGroup,
 		reqs:     make(chan *writeReq, 4096),
 		quit:     make(chan struct{}),
@@ -134,15 +135,20 @@ func (w *writer) failQueued() {
 }
 
 // group runs one transaction: first, then whatever else is already queued.
+//
+// Units run without a savepoint of their own while every unit succeeds or fails before writing
+// anything, the common case: a savepoint costs two statements and a copy of every page the unit
+// touches. When a unit fails after writing, the group's transaction is rolled back and run again
+// without it, each unit that had succeeded now in its own savepoint, as is every later unit of the
+// group. Units are re-runnable (the Store contract: pgstore re-runs units too).
 func (w *writer) group(first *writeReq) {
-	bg := context.Background()
 	start := time.Now()
 	batch := []*writeReq{first}
-	if _, err := w.q.ExecContext(bg, "BEGIN IMMEDIATE"); err != nil {
-		w.finish(batch, fmt.Errorf("begin: %v: %w", err, relayserver.ErrCommit))
+	t, err := w.begin(false)
+	if err != nil {
+		w.finish(batch, err)
 		return
 	}
-	t := &tx{q: w.q}
 	broken := w.runUnit(t, first)
 	for broken == nil && len(batch) < w.maxGroup {
 		var r *writeReq
@@ -156,12 +162,37 @@ func (w *writer) group(first *writeReq) {
 		batch = append(batch, r)
 		broken = w.runUnit(t, r)
 	}
+	for errors.Is(broken, errRedo) {
+		_, _ = w.q.ExecContext(bg, "ROLLBACK")
+		if t, err = w.begin(true); err != nil {
+			w.finish(batch, err)
+			return
+		}
+		broken = nil
+		for _, r := range batch[:len(batch)-1] {
+			if r.err == nil && broken == nil {
+				broken = w.runUnit(t, r)
+			}
+		}
+		for broken == nil && len(batch) < w.maxGroup {
+			var r *writeReq
+			select {
+			case r = <-w.reqs:
+			default:
+			}
+			if r == nil {
+				break
+			}
+			batch = append(batch, r)
+			broken = w.runUnit(t, r)
+		}
+	}
 	if broken != nil {
 		_, _ = w.q.ExecContext(bg, "ROLLBACK")
 		w.finish(batch, fmt.Errorf("%v: %w", broken, relayserver.ErrCommit))
 		return
 	}
-	err := failpoint.Inject(FailBeforeCommit)
+	err = failpoint.Inject(FailBeforeCommit)
 	if err == nil && w.beforeCommit != nil {
 		err = w.beforeCommit(len(batch))
 	}
@@ -184,6 +215,14 @@ func (w *writer) group(first *writeReq) {
 	}
 }
 
+// begin opens the group's transaction; with savepoints every unit runs in one of its own.
+func (w *writer) begin(savepoints bool) (*tx, error) {
+	if _, err := w.q.ExecContext(bg, "BEGIN IMMEDIATE"); err != nil {
+		return nil, fmt.Errorf("begin: %v: %w", err, relayserver.ErrCommit)
+	}
+	return &tx{q: w.q, savepoints: savepoints}, nil
+}
+
 // finish fails every unit of a group whose transaction did not commit.
 func (w *writer) finish(batch []*writeReq, err error) {
 	for _, r := range batch {
@@ -192,36 +231,56 @@ func (w *writer) finish(batch []*writeReq, err error) {
 	}
 }
 
-// runUnit runs one caller's unit in a savepoint and records its own error. It returns non-nil
-// only when the transaction itself is no longer usable.
+// runUnit runs one caller's unit and records its own error. It returns non-nil only when the
+// transaction itself is no longer usable, or errRedo when the unit failed after writing outside a
+// savepoint.
 func (w *writer) runUnit(t *tx, r *writeReq) (broken error) {
 	if err := r.ctx.Err(); err != nil {
 		r.err = err
 		return nil
 	}
-	r.err = t.Unit(r.fn)
+	if t.savepoints {
+		r.err = t.Unit(r.fn)
+		return t.broken
+	}
+	w.q.dirty = false
+	r.err = t.call(r.fn)
+	if r.err != nil && w.q.dirty && t.broken == nil {
+		return errRedo
+	}
 	return t.broken
 }
 
-// stmtCache prepares each statement once on the writer connection.
+// stmtCache prepares each statement once on the writer connection. dirty records that a
+// statement that may write ran since it was last cleared.
 type stmtCache struct {
 	conn  *sql.Conn
-	stmts map[string]*sql.Stmt
+	stmts map[string]cachedStmt
+	dirty bool
+}
+
+type cachedStmt struct {
+	st    *sql.Stmt
+	write bool // anything but a SELECT
 }
 
 func (c *stmtCache) stmt(ctx context.Context, query string) (*sql.Stmt, error) {
-	if st, ok := c.stmts[query]; ok {
-		return st, nil
+	cs, ok := c.stmts[query]
+	if !ok {
+		st, err := c.conn.PrepareContext(ctx, query)
+		if err != nil {
+			c.dirty = true // the caller runs the text directly: it may write
+			return nil, err
+		}
+		cs = cachedStmt{st: st, write: !strings.HasPrefix(strings.ToUpper(strings.TrimSpace(query)), "SELECT")}
+		c.stmts[query] = cs
 	}
-	st, err := c.conn.PrepareContext(ctx, query)
-	if err != nil {
-		return nil, err
-	}
-	c.stmts[query] = st
-	return st, nil
+	c.dirty = c.dirty || cs.write
+	return cs.st, nil
 }
 
 func (c *stmtCache) ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error) {
+	c.dirty = true
 	st, err := c.stmt(ctx, query)
 	if err != nil {
 		// Multi-statement text cannot be prepared; run it directly.
@@ -247,9 +306,12 @@ func (c *stmtCache) QueryRowContext(ctx context.Context, query string, args ...a
 }
 
 func (c *stmtCache) close() {
-	for _, st := range c.stmts {
-		_ = st.Close()
+	for _, cs := range c.stmts {
+		_ = cs.st.Close()
 	}
 }
 
 var errBroken = errors.New("transaction unusable after a failed rollback")
+
+// errRedo asks group to run its transaction again with savepoints.
+var errRedo = errors.New("a unit failed after writing outside a savepoint")
