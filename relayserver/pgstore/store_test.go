@@ -3,8 +3,10 @@ package pgstore
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -274,5 +276,26 @@ func TestBusyQueueDefersUnitWithoutHoldingTheGroup(t *testing.T) {
 	}
 	if st := s.Stats(); st.Retries < 1 || st.Units != 3 {
 		t.Fatalf("stats = %+v, want the busy unit deferred at least once and 3 units committed", st)
+	}
+}
+
+func TestQueueStatsAndCommitReports(t *testing.T) {
+	s, _ := openT(t, nil)
+	var reported atomic.Int64
+	s.ReportCommits(func(units int, took time.Duration) { reported.Add(int64(units)) })
+	for i := range 3 {
+		storetest.Insert(t, s, storetest.NewItem(storetest.Key(1), storetest.Key(2), fmt.Sprint(i), "abcd", 1000+int64(i)))
+	}
+	storetest.Insert(t, s, storetest.NewItem(storetest.Key(3), storetest.Key(2), "x", "ab", 500))
+	qs, err := s.QueueStats(ctx, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if qs.Items != 4 || qs.Bytes != 14 || qs.Targets != 2 || !qs.OldestAcceptedAt.Equal(time.UnixMilli(500)) ||
+		len(qs.Top) != 1 || qs.Top[0] != (relayserver.TargetDepth{Target: storetest.Key(1), Items: 3, Bytes: 12}) || qs.StoreBytes <= 0 {
+		t.Fatalf("QueueStats = %+v", qs)
+	}
+	if got := reported.Load(); got != 4 {
+		t.Fatalf("commit reports carried %d units, want 4", got)
 	}
 }

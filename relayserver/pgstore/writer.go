@@ -63,6 +63,8 @@ type writer struct {
 	beforeCommit func(n int) error
 
 	commits, units, retries atomic.Int64
+	// report, when set (ReportCommits), is told each commit's units and duration.
+	report atomic.Pointer[func(units int, took time.Duration)]
 }
 
 func newWriter(pool *pgxpool.Pool, o Options) *writer {
@@ -152,6 +154,7 @@ func (w *writer) failQueued() {
 // units and whatever else is queued (which may not: one that meets a lock held by another
 // transaction is rolled back and deferred). It returns the units deferred to the next group.
 func (w *writer) group(first *writeReq, pending []*writeReq) (deferred []*writeReq) {
+	start := time.Now()
 	ctx, cancel := context.WithTimeout(context.Background(), groupTimeout)
 	defer cancel()
 	conn, err := w.pool.Acquire(ctx)
@@ -208,6 +211,9 @@ func (w *writer) group(first *writeReq, pending []*writeReq) (deferred []*writeR
 	}
 	w.commits.Add(1)
 	w.units.Add(int64(len(batch)))
+	if f := w.report.Load(); f != nil {
+		(*f)(len(batch), time.Since(start))
+	}
 	for _, r := range batch {
 		close(r.done)
 	}
