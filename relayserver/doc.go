@@ -42,7 +42,8 @@
 //
 // # Durability
 //
-// All state lives behind the Store interface (sqlitestore is the implementation). A response that
+// All state lives behind the Store interface (sqlitestore, or pgstore for several relay processes
+// on one PostgreSQL database; storetest is the contract both pass). A response that
 // reports an effect is written only after the transaction holding it committed; concurrent
 // requests share commits (group commit) without losing per-item atomicity. Sequence numbers are
 // max(next_seq, now in ms), so they never repeat, even after a restore from an older copy. The
@@ -118,8 +119,8 @@
 //
 // A push or rotation whose client goes away once its unit is queued still waits for the unit's
 // outcome (and commits it, unanswered: the client's retry is a duplicate), so a commit always
-// wakes the pulls held for it. Wakes live in this process only: a second relay process over the
-// same store would not wake this one's pulls (the store's lock file allows only one anyway).
+// wakes the pulls held for it. A store that several relay processes share (a Notifier)
+// passes on the commits of the others, so their pushes wake this one's pulls too.
 //
 // A notice goes to the sender key that pushed the envelope: a sender that rotated its key since
 // gets none (its old key is revoked) and relies on its own deadline.
