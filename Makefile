@@ -12,6 +12,10 @@ LDFLAGS := -X $(VERSION_PKG).stamped=$(GIT_DESC) -X $(VERSION_PKG).stampedRev=$(
 build:
 	$(GO) build -ldflags "$(LDFLAGS)" -o bin/agentmbx ./cmd/agentmbx
 
+# The whole thing working, in one command: a relay and two hosts on this machine (see README).
+demo: build
+	./bin/agentmbx demo
+
 # go install into $(go env GOBIN), else $(go env GOPATH)/bin: put that directory on PATH.
 install:
 	$(GO) install -ldflags "$(LDFLAGS)" ./cmd/agentmbx

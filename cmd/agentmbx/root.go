@@ -47,7 +47,7 @@ func newRootCmd() *cobra.Command {
 	root.AddCommand(newAgentsCmd(), newPeersCmd())
 	root.AddCommand(newPairCmd(), newJoinCmd())
 	root.AddCommand(newRelayCmd())
-	root.AddCommand(newDoctorCmd())
+	root.AddCommand(newDoctorCmd(), newDemoCmd())
 	return root
 }
 
