@@ -57,13 +57,33 @@ func (b *fakeBook) StoredReceipt(msg, recipient string) *StoredReceipt {
 }
 func (b *fakeBook) ReceiptCount(msg, host string) int { return b.counts[msg+"\x00"+host] }
 
-const vectorMsg = "01JQ3A7Z8K2M4N6P8R0T2V4X6Z"
+// sampleMsg is a message id for the tests beyond the vectors.
+const sampleMsg = "01JQ3A7Z8K2M4N6P8R0T2V4X6Z"
 
-func vectorBook(signerHost, signerPub string) *fakeBook {
+// vectorBook is the node of the file's acceptReceipt checks: it pins the signer's key and sent
+// msg, the message the file's signed receipts are about, to the signer's host.
+func vectorBook(signerHost, signerPub, msg string) *fakeBook {
 	return &fakeBook{
 		peers: map[string][]string{signerHost: {signerPub}},
-		sent:  map[string]map[string]bool{vectorMsg: {signerHost: true}},
+		sent:  map[string]map[string]bool{msg: {signerHost: true}},
 	}
+}
+
+// sentMessage is the message the file's signed receipts are about: the msg of the first case
+// that has a signed record. The file's other cases are about it too, or claim another message
+// precisely to be refused as one the node did not send.
+func sentMessage(t *testing.T, cases []receiptCase) string {
+	t.Helper()
+	for _, c := range cases {
+		var rec struct {
+			Msg string `json:"msg"`
+		}
+		if len(c.Rec) > 0 && json.Unmarshal(c.Rec, &rec) == nil && rec.Msg != "" {
+			return rec.Msg
+		}
+	}
+	t.Fatal("receipt.json has no signed record to take the sent message from")
+	return ""
 }
 
 var receiptReasons = map[string]error{
@@ -80,6 +100,7 @@ func TestReceiptVectors(t *testing.T) {
 	cases := loadCases[receiptCase](t, "receipt.json")
 	// The negative wire cases are signed by (or claim) the first case's signer.
 	first := cases[0]
+	msg := sentMessage(t, cases)
 	var n struct{ signed, lone, sign_errors, wires, checks int }
 	for _, c := range cases {
 		t.Run(c.Name, func(t *testing.T) {
@@ -104,7 +125,7 @@ func TestReceiptVectors(t *testing.T) {
 				if !Verify(signerPub, []byte(c.SigningInput), c.Sig) {
 					t.Error("the original's signature does not verify over its signing input")
 				}
-				if _, _, err := AcceptReceipt(vectorBook(signerHost, signerPub), []byte(c.Wire), ""); !errors.Is(err, ErrReceiptSignature) {
+				if _, _, err := AcceptReceipt(vectorBook(signerHost, signerPub, msg), []byte(c.Wire), ""); !errors.Is(err, ErrReceiptSignature) {
 					t.Errorf("AcceptReceipt of a lone-surrogate wire: got %v, want %v", err, ErrReceiptSignature)
 				}
 				return
@@ -164,18 +185,18 @@ func TestReceiptVectors(t *testing.T) {
 				switch name {
 				case "acceptReceipt_lan_from_signer":
 					var verdict ReceiptVerdict
-					_, verdict, err = AcceptReceipt(vectorBook(signerHost, signerPub), []byte(c.Wire), signerHost)
+					_, verdict, err = AcceptReceipt(vectorBook(signerHost, signerPub, msg), []byte(c.Wire), signerHost)
 					if err == nil && verdict != ReceiptAccepted {
 						err = fmt.Errorf("verdict %v", verdict)
 					}
 				case "acceptReceipt_via_relay":
 					var verdict ReceiptVerdict
-					_, verdict, err = AcceptReceipt(vectorBook(signerHost, signerPub), []byte(c.Wire), "")
+					_, verdict, err = AcceptReceipt(vectorBook(signerHost, signerPub, msg), []byte(c.Wire), "")
 					if err == nil && verdict != ReceiptAccepted {
 						err = fmt.Errorf("verdict %v", verdict)
 					}
 				case "acceptReceipt":
-					_, _, err = AcceptReceipt(vectorBook(signerHost, signerPub), []byte(c.Wire), c.LANHopHost)
+					_, _, err = AcceptReceipt(vectorBook(signerHost, signerPub, msg), []byte(c.Wire), c.LANHopHost)
 				case "relay_checkWire":
 					_, err = CheckReceiptWire(c.ItemID, []byte(c.Wire), signerPub)
 				default:
@@ -230,7 +251,7 @@ func TestDecideReceipt(t *testing.T) {
 func TestAcceptReceiptHostState(t *testing.T) {
 	old := mustKey(t, "IgyUArN1Flej0R95595Za6EnYN/NnHEX1y7ev+cGedg=")
 	cur := mustKey(t, "cpSvM9EeBH4U8xp2w40Err6TZANeiBdqn1TQC4aj9Ks=")
-	in := ReceiptInput{Msg: vectorMsg, Agent: "bob", State: ReceiptRead, At: "2026-03-14T09:26:53.589Z", Seq: 5}
+	in := ReceiptInput{Msg: sampleMsg, Agent: "bob", State: ReceiptRead, At: "2026-03-14T09:26:53.589Z", Seq: 5}
 	signedBy := func(k SigningKey) []byte {
 		s, err := SignReceipt(k, "beta", in)
 		if err != nil {
@@ -245,7 +266,7 @@ func TestAcceptReceiptHostState(t *testing.T) {
 	book := func() *fakeBook {
 		return &fakeBook{
 			peers:  map[string][]string{"beta": {cur.PublicKey(), old.PublicKey()}},
-			sent:   map[string]map[string]bool{vectorMsg: {"beta": true}},
+			sent:   map[string]map[string]bool{sampleMsg: {"beta": true}},
 			stored: map[string]StoredReceipt{},
 			counts: map[string]int{},
 		}
@@ -264,30 +285,30 @@ func TestAcceptReceiptHostState(t *testing.T) {
 	})
 	t.Run("sent but not to that host", func(t *testing.T) {
 		b := book()
-		b.sent[vectorMsg] = map[string]bool{"gamma": true}
+		b.sent[sampleMsg] = map[string]bool{"gamma": true}
 		if _, _, err := AcceptReceipt(b, signedBy(cur), ""); !errors.Is(err, ErrReceiptNotRouted) {
 			t.Errorf("got %v, want %v", err, ErrReceiptNotRouted)
 		}
 	})
 	t.Run("duplicate and stale", func(t *testing.T) {
 		b := book()
-		b.stored[vectorMsg+"\x00bob@beta"] = StoredReceipt{ReceiptRead, 5}
+		b.stored[sampleMsg+"\x00bob@beta"] = StoredReceipt{ReceiptRead, 5}
 		if _, v, err := AcceptReceipt(b, signedBy(cur), "beta"); err != nil || v != ReceiptDuplicate {
 			t.Errorf("got %v, %v; want duplicate", v, err)
 		}
-		b.stored[vectorMsg+"\x00bob@beta"] = StoredReceipt{ReceiptAcked, 1}
+		b.stored[sampleMsg+"\x00bob@beta"] = StoredReceipt{ReceiptAcked, 1}
 		if _, v, err := AcceptReceipt(b, signedBy(cur), "beta"); err != nil || v != ReceiptStale {
 			t.Errorf("got %v, %v; want stale", v, err)
 		}
 	})
 	t.Run("too many recipients", func(t *testing.T) {
 		b := book()
-		b.counts[vectorMsg+"\x00beta"] = MaxReceiptRecipientsPerHost
+		b.counts[sampleMsg+"\x00beta"] = MaxReceiptRecipientsPerHost
 		if _, _, err := AcceptReceipt(b, signedBy(cur), ""); !errors.Is(err, ErrReceiptTooMany) {
 			t.Errorf("got %v, want %v", err, ErrReceiptTooMany)
 		}
 		// A recipient already stored is an update, not a new row.
-		b.stored[vectorMsg+"\x00bob@beta"] = StoredReceipt{ReceiptDelivered, 1}
+		b.stored[sampleMsg+"\x00bob@beta"] = StoredReceipt{ReceiptDelivered, 1}
 		if _, v, err := AcceptReceipt(b, signedBy(cur), ""); err != nil || v != ReceiptAccepted {
 			t.Errorf("got %v, %v; want accepted", v, err)
 		}
@@ -375,7 +396,7 @@ func FuzzParseReceipt(f *testing.F) {
 
 func BenchmarkAcceptReceipt(b *testing.B) {
 	k := mustKey(b, "IgyUArN1Flej0R95595Za6EnYN/NnHEX1y7ev+cGedg=")
-	s, err := SignReceipt(k, "beta", ReceiptInput{Msg: vectorMsg, Agent: "bob", State: ReceiptRead, At: "2026-03-14T09:26:53.589Z", Note: "woke claude session", Seq: 3})
+	s, err := SignReceipt(k, "beta", ReceiptInput{Msg: sampleMsg, Agent: "bob", State: ReceiptRead, At: "2026-03-14T09:26:53.589Z", Note: "woke claude session", Seq: 3})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -383,7 +404,7 @@ func BenchmarkAcceptReceipt(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	book := vectorBook("beta", k.PublicKey())
+	book := vectorBook("beta", k.PublicKey(), sampleMsg)
 	b.ReportAllocs()
 	for b.Loop() {
 		if _, v, err := AcceptReceipt(book, wire, ""); err != nil || v != ReceiptAccepted {

@@ -8,14 +8,25 @@ import (
 	"testing"
 )
 
-// The vectors come from the shared folder beside the checkout when it is there, else from the
-// identical copy committed under testdata/.
+// The vectors come from $MBX_VECTORS_DIR when set (any vector set that follows the vectors
+// README, e.g. a held-back one), else from the shared folder beside the checkout when it is
+// there, else from the identical copy committed under testdata/.
 const (
 	sharedVectors    = "../../shared/vectors/agentmbx-0.5"
 	committedVectors = "testdata/vectors/agentmbx-0.5"
 )
 
+// vectorsOverride, when set, is the set every vector test reads: TestPerturbedVectors points it
+// at its generated copy while it runs the vector tests again.
+var vectorsOverride string
+
 func vectorDir() string {
+	if vectorsOverride != "" {
+		return vectorsOverride
+	}
+	if d := os.Getenv("MBX_VECTORS_DIR"); d != "" {
+		return d
+	}
 	if _, err := os.Stat(sharedVectors); err == nil {
 		return sharedVectors
 	}
@@ -72,5 +83,36 @@ func TestVectorCopyMatchesShared(t *testing.T) {
 		if !bytes.Equal(a, b) {
 			t.Errorf("testdata copy of %s differs from the shared one", e.Name())
 		}
+	}
+}
+
+// vectorTests are the tests driven by the vector files alone.
+var vectorTests = map[string]func(*testing.T){
+	"canonical": TestCanonicalVectors, "keys": TestKeyVectors, "sign": TestSignVectors,
+	"ulid": TestULIDVectors, "enc_ad": TestEncAdVectors, "enrol": TestEnrolVectors,
+	"envelope": TestEnvelopeVectors, "relay_expired": TestRelayExpiredVectors,
+	"lan_hop": TestLANHopVectors, "relay_hop": TestRelayHopVectors, "pairing_code": TestPairingVectors,
+	"receipt": TestReceiptVectors, "rotation": TestRotationVectors, "senders": TestSendersVectors,
+	"relay_accept": TestRelayAcceptVectors,
+}
+
+// TestPerturbedVectors runs every vector test again on a perturbed copy of the set (see
+// perturbVectors): other names, keys, times, ids and case counts, re-signed by the same rules.
+// A test that knows the public set's values instead of reading them fails here. Cost: about a
+// second (the signature search of the generator).
+func TestPerturbedVectors(t *testing.T) {
+	if vectorsOverride != "" {
+		t.Skip("already running on a perturbed set")
+	}
+	src := vectorDir()
+	dst := t.TempDir()
+	perturbVectors(t, src, dst)
+	if err := checkPerturbed(src, dst); err != nil {
+		t.Fatal(err)
+	}
+	vectorsOverride = dst
+	t.Cleanup(func() { vectorsOverride = "" })
+	for name, test := range vectorTests {
+		t.Run(name, test)
 	}
 }

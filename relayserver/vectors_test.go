@@ -15,14 +15,23 @@ import (
 	"github.com/agentmbx/agentmbx/relayserver"
 )
 
+// vectorFile reads a vector file from $MBX_VECTORS_DIR when set (any set that follows the
+// vectors README), else from the copy committed beside package mbx.
 func vectorFile(t *testing.T, name string) []byte {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join("..", "mbx", "testdata", "vectors", "agentmbx-0.5", name))
+	dir := os.Getenv("MBX_VECTORS_DIR")
+	if dir == "" {
+		dir = filepath.Join("..", "mbx", "testdata", "vectors", "agentmbx-0.5")
+	}
+	b, err := os.ReadFile(filepath.Join(dir, name))
 	if err != nil {
 		t.Fatalf("vector file: %v", err)
 	}
 	return b
 }
+
+// servesV1 says whether this relay serves the v1 message endpoints (spec §11).
+const servesV1 = false
 
 // TestRelayHopVectors replays the relay's verdicts of relay_hop.json through the server: a hop the
 // original accepted is authenticated, one it refused is answered 401 or 403.
@@ -51,10 +60,11 @@ func TestRelayHopVectors(t *testing.T) {
 	}
 	r := newRelay(t, nil)
 	enrolled := false
-	ran := 0
+	var ran, signCases int
 	for _, c := range file.Cases {
-		if c.Op != "verify" || strings.HasPrefix(c.RequestURL, "/v1/relay/messages") {
-			continue // the v1 message endpoints are not served
+		if c.Op != "verify" {
+			signCases++ // the host side of a hop; package mbx checks those
+			continue
 		}
 		if !enrolled {
 			for _, e := range c.Enrolled {
@@ -69,6 +79,9 @@ func TestRelayHopVectors(t *testing.T) {
 			enrolled = true
 		}
 		t.Run(c.Name, func(t *testing.T) {
+			if strings.HasPrefix(c.RequestURL, "/v1/relay/messages") && !servesV1 {
+				t.Skip("the v1 message endpoints are not served")
+			}
 			r.clock.mu.Lock()
 			r.clock.t = time.UnixMilli(c.NowMS)
 			r.clock.mu.Unlock()
@@ -103,7 +116,7 @@ func TestRelayHopVectors(t *testing.T) {
 		})
 		ran++
 	}
-	if ran < 10 {
-		t.Fatalf("only %d relay hop vectors ran", ran)
+	if ran+signCases != len(file.Cases) || ran == 0 {
+		t.Fatalf("%d verify cases ran and %d sign cases left to package mbx, the file has %d", ran, signCases, len(file.Cases))
 	}
 }
