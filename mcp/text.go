@@ -83,7 +83,7 @@ func listingText(l Listing, what string) string {
 		return "no mail " + what
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "%d messages %s, oldest first", len(l.Messages), what)
+	fmt.Fprintf(&b, "%s %s, oldest first", count(len(l.Messages), "message"), what)
 	if l.More > 0 {
 		fmt.Fprintf(&b, " (%d more not listed; raise limit or use since)", l.More)
 	}
@@ -100,7 +100,7 @@ func foundText(f Found) string {
 		return fmt.Sprintf("no messages match %q", line(f.Query))
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "%d messages match %q, newest first", len(f.Messages), line(f.Query))
+	fmt.Fprintf(&b, "%s match %q, newest first", count(len(f.Messages), "message"), line(f.Query))
 	if f.More {
 		b.WriteString(" (more match: raise limit or add words)")
 	}
@@ -133,7 +133,7 @@ func messageText(m Message) string {
 
 func threadText(t Thread) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "thread %s: %d messages, oldest first", line(t.Thread), len(t.Messages))
+	fmt.Fprintf(&b, "thread %s: %s, oldest first", line(t.Thread), count(len(t.Messages), "message"))
 	if t.Earlier > 0 {
 		fmt.Fprintf(&b, " (%d earlier not shown)", t.Earlier)
 	}
@@ -169,7 +169,7 @@ func deliveryText(s api.Sent) string {
 		}
 	}
 	for _, r := range s.Rows {
-		fmt.Fprintf(&b, "\n- outbox row to host %s: %s via %s, %d attempts", r.Host, r.State, r.Transport, r.Attempts)
+		fmt.Fprintf(&b, "\n- outbox row to host %s: %s via %s, %s", r.Host, r.State, r.Transport, count(r.Attempts, "attempt"))
 		if r.LastError != "" {
 			fmt.Fprintf(&b, ", last error: %s", line(r.LastError))
 		}
@@ -212,6 +212,14 @@ func agentsText(a Agents) string {
 	}
 	txt := "agents here: " + orNone(local) + "\npaired hosts: " + orNone(a.Peers) + "\nknown agents there: " + orNone(known)
 	return txt + "\n(a bare name reaches that agent here and at every paired host)"
+}
+
+// count is "1 message", "2 messages".
+func count(n int, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return fmt.Sprintf("%d %ss", n, noun)
 }
 
 func orNone(s []string) string {
