@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/agentmbx/agentmbx/api"
+	"github.com/agentmbx/agentmbx/internal/testkit"
 )
 
 // BenchmarkSend32 measures Send with 32 concurrent senders, each answered only after its
@@ -22,7 +23,7 @@ func BenchmarkSend32(b *testing.B) {
 		{"remote+local", []string{"bob@beta", "ann@alpha"}},
 	} {
 		b.Run(bc.name, func(b *testing.B) {
-			clock := &fakeClock{now: time.Now()}
+			clock := testkit.NewClock(time.Now())
 			a := newBenchHost(b, "alpha", clock)
 			peer := newBenchHost(b, "beta", clock)
 			if err := a.PinPeer(PeerRecord{Host: "beta", HostPubkey: peer.Key().PublicKey(), EncPub: peer.EncKey().PublicKey(), Addr: "127.0.0.1:9"}); err != nil {
@@ -53,7 +54,7 @@ func BenchmarkSend32(b *testing.B) {
 	}
 }
 
-func newBenchHost(b *testing.B, name string, clock *fakeClock) *Host {
+func newBenchHost(b *testing.B, name string, clock *testkit.Clock) *Host {
 	b.Helper()
 	dir := b.TempDir()
 	if err := Init(dir, InitOptions{Host: name}); err != nil {

@@ -8,39 +8,21 @@ import (
 	"log/slog"
 	"reflect"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
+	"github.com/agentmbx/agentmbx/internal/testkit"
 	"github.com/agentmbx/agentmbx/mbx"
 )
 
-// pairTestLog collects a host's logs, so tests can check that no secret reaches them.
-type pairTestLog struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (l *pairTestLog) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.Write(p)
-}
-
-func (l *pairTestLog) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.String()
-}
-
 // pairTestHost creates and opens a host named name with its own clock and log.
-func pairTestHost(t *testing.T, name string, clock *fakeClock) (*Host, *pairTestLog) {
+func pairTestHost(t *testing.T, name string, clock *testkit.Clock) (*Host, *testkit.SyncBuffer) {
 	t.Helper()
 	dir := t.TempDir()
 	if err := Init(dir, InitOptions{Host: name, Clock: clock.Now}); err != nil {
 		t.Fatalf("init %s: %v", name, err)
 	}
-	lg := &pairTestLog{}
+	lg := &testkit.SyncBuffer{}
 	h, err := Open(dir, &Options{Clock: clock.Now, Logger: slog.New(slog.NewTextHandler(lg, nil))})
 	if err != nil {
 		t.Fatalf("open %s: %v", name, err)

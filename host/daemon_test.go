@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -15,6 +14,7 @@ import (
 
 	"github.com/agentmbx/agentmbx/api"
 	"github.com/agentmbx/agentmbx/client"
+	"github.com/agentmbx/agentmbx/internal/testkit"
 	"github.com/agentmbx/agentmbx/outbox"
 )
 
@@ -162,7 +162,7 @@ func TestCrashAfterSendAnswered(t *testing.T) {
 	if testing.Short() {
 		t.Skip("child process test")
 	}
-	clock := &fakeClock{now: time.Now().UTC()}
+	clock := testkit.NewClock(time.Now().UTC())
 	b := newTestHost(t, "beta", clock)
 	home := filepath.Join(t.TempDir(), "alpha")
 	if err := Init(home, InitOptions{Host: "alpha"}); err != nil {
@@ -180,8 +180,7 @@ func TestCrashAfterSendAnswered(t *testing.T) {
 	}
 	a.Close()
 
-	cmd := exec.Command(os.Args[0], "-test.run=^TestCrashAfterSendAnswered$")
-	cmd.Env = append(os.Environ(), "HOST_CRASH_CHILD=1", "HOST_CRASH_HOME="+home)
+	cmd := testkit.Child("TestCrashAfterSendAnswered", "HOST_CRASH_CHILD=1", "HOST_CRASH_HOME="+home)
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/agentmbx/agentmbx/api"
+	"github.com/agentmbx/agentmbx/internal/testkit"
 	"github.com/agentmbx/agentmbx/mbx"
 	"github.com/agentmbx/agentmbx/outbox"
 )
@@ -218,7 +219,7 @@ func TestRejectedEnvelopeAlerts(t *testing.T) {
 	pairAll(t, a, b)
 	ctx := context.Background()
 	// alpha pins a wrong enc key for beta: beta cannot open what alpha seals.
-	wrong, _ := mbx.GenerateEncKey(seededRand(99))
+	wrong, _ := mbx.GenerateEncKey(testkit.Rand(99))
 	rec := b.record()
 	rec.EncPub = wrong.PublicKey()
 	if err := a.PinPeer(rec); err != nil {

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/agentmbx/agentmbx/internal/testkit"
 	"github.com/agentmbx/agentmbx/mbx"
 )
 
@@ -32,10 +33,10 @@ func FuzzReceiveEnvelope(f *testing.F) {
 	})
 }
 
-func newFuzzHost(f *testing.F, name string, clock *fakeClock) *Host {
+func newFuzzHost(f *testing.F, name string, clock *testkit.Clock) *Host {
 	f.Helper()
 	dir := f.TempDir()
-	if err := Init(dir, InitOptions{Host: name, Rand: seededRand(uint64(len(name)))}); err != nil {
+	if err := Init(dir, InitOptions{Host: name, Rand: testkit.Rand(uint64(len(name)))}); err != nil {
 		f.Fatal(err)
 	}
 	h, err := Open(dir, &Options{Clock: clock.Now, Logger: testLoggerB(), NoSync: true})

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"io"
 	"log/slog"
-	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
@@ -17,35 +16,14 @@ import (
 	"go.etcd.io/bbolt"
 
 	"github.com/agentmbx/agentmbx/api"
+	"github.com/agentmbx/agentmbx/internal/testkit"
 	"github.com/agentmbx/agentmbx/outbox"
 )
 
-// fakeClock is an injected clock that moves only when told.
-type fakeClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
+// t0 is the tests' starting time.
+var t0 = time.Date(2026, 10, 2, 10, 0, 0, 0, time.UTC)
 
-func newClock() *fakeClock {
-	return &fakeClock{now: time.Date(2026, 10, 2, 10, 0, 0, 0, time.UTC)}
-}
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *fakeClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
-}
-
-// seededRand is a deterministic randomness source for a test host.
-func seededRand(seed uint64) io.Reader {
-	return rand.NewChaCha8([32]byte{byte(seed), byte(seed >> 8), 7})
-}
+func newClock() *testkit.Clock { return testkit.NewClock(t0) }
 
 // testHost is a host on loopback with its LAN server running.
 type testHost struct {
@@ -56,7 +34,7 @@ type testHost struct {
 	ln    net.Listener
 	srv   *http.Server
 	gate  *gate
-	clock *fakeClock
+	clock *testkit.Clock
 }
 
 // gate sits in front of a host's LAN mux so a test can take the host "down" or lose answers.
@@ -114,14 +92,14 @@ func testLoggerB() *slog.Logger {
 
 // newTestHost initializes and opens a host named name in a temporary home, serving its LAN mux
 // on 127.0.0.1:0.
-func newTestHost(t *testing.T, name string, clock *fakeClock) *testHost {
+func newTestHost(t *testing.T, name string, clock *testkit.Clock) *testHost {
 	t.Helper()
 	dir := filepath.Join(t.TempDir(), name)
 	seed := uint64(len(name))<<8 | uint64(name[0])
-	if err := Init(dir, InitOptions{Host: name, Rand: seededRand(seed), Clock: clock.Now}); err != nil {
+	if err := Init(dir, InitOptions{Host: name, Rand: testkit.Rand(seed), Clock: clock.Now}); err != nil {
 		t.Fatalf("Init(%s): %v", name, err)
 	}
-	h, err := Open(dir, &Options{Clock: clock.Now, Rand: seededRand(seed + 1), Logger: testLogger(t).With("host", name),
+	h, err := Open(dir, &Options{Clock: clock.Now, Rand: testkit.Rand(seed + 1), Logger: testLogger(t).With("host", name),
 		HTTPClient: &http.Client{Timeout: 10 * time.Second}})
 	if err != nil {
 		t.Fatalf("Open(%s): %v", name, err)

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/agentmbx/agentmbx/api"
+	"github.com/agentmbx/agentmbx/internal/testkit"
 	"github.com/agentmbx/agentmbx/mbx"
 )
 
@@ -42,7 +43,7 @@ func TestInitAndOpen(t *testing.T) {
 	if _, err := Open(dir, nil); !errors.Is(err, ErrNotInitialized) {
 		t.Fatalf("Open before Init = %v, want ErrNotInitialized", err)
 	}
-	if err := Init(dir, InitOptions{Host: "alpha", Listen: "127.0.0.1:7373", Rand: seededRand(1)}); err != nil {
+	if err := Init(dir, InitOptions{Host: "alpha", Listen: "127.0.0.1:7373", Rand: testkit.Rand(1)}); err != nil {
 		t.Fatal(err)
 	}
 	for name, mode := range map[string]os.FileMode{".": 0o700, HostKeyFile: 0o600, EncKeyFile: 0o600, StateFile: 0o600} {
@@ -93,10 +94,10 @@ func TestPinPeer(t *testing.T) {
 	clock := newClock()
 	a := newTestHost(t, "alpha", clock)
 	ctx := context.Background()
-	k1, _ := mbx.GenerateSigningKey(seededRand(11))
-	k2, _ := mbx.GenerateSigningKey(seededRand(12))
-	e1, _ := mbx.GenerateEncKey(seededRand(13))
-	e2, _ := mbx.GenerateEncKey(seededRand(14))
+	k1, _ := mbx.GenerateSigningKey(testkit.Rand(11))
+	k2, _ := mbx.GenerateSigningKey(testkit.Rand(12))
+	e1, _ := mbx.GenerateEncKey(testkit.Rand(13))
+	e2, _ := mbx.GenerateEncKey(testkit.Rand(14))
 	p := PeerRecord{Host: "beta", HostPubkey: k1.PublicKey(), EncPub: e1.PublicKey(), Addr: "127.0.0.1:7373"}
 	if err := a.PinPeer(p); err != nil {
 		t.Fatal(err)

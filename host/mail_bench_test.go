@@ -11,6 +11,7 @@ import (
 	"go.etcd.io/bbolt"
 
 	"github.com/agentmbx/agentmbx/api"
+	"github.com/agentmbx/agentmbx/internal/testkit"
 	"github.com/agentmbx/agentmbx/mbx"
 )
 
@@ -22,7 +23,7 @@ import (
 // with nothing in common); "zebra" is in ten. Threads are runs of ten messages.
 func BenchmarkMailbox100k(b *testing.B) {
 	const n = 100_000
-	clock := &fakeClock{now: time.Date(2026, 10, 2, 10, 0, 0, 0, time.UTC)}
+	clock := testkit.NewClock(time.Date(2026, 10, 2, 10, 0, 0, 0, time.UTC))
 	h := newBenchHost(b, "alpha", clock)
 	start := time.Now()
 	ids := fillMailbox(b, h, clock, n)
@@ -69,7 +70,7 @@ func BenchmarkMailbox100k(b *testing.B) {
 
 // fillMailbox delivers n generated messages from alice to bob (and every hundredth to carol),
 // 2,000 to a transaction, and returns their ids in order.
-func fillMailbox(b *testing.B, h *Host, clock *fakeClock, n int) []string {
+func fillMailbox(b *testing.B, h *Host, clock *testkit.Clock, n int) []string {
 	zipf := rand.NewZipf(rand.New(rand.NewPCG(8, 8)), 1.1, 1, 1999)
 	words := func(k int) string {
 		var sb strings.Builder

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentmbx/agentmbx/internal/testkit"
 	"github.com/agentmbx/agentmbx/mbx"
 )
 
@@ -19,7 +20,7 @@ func TestRetiredKeys(t *testing.T) {
 
 	// beta rotated its enc key; alpha still seals to the old one, which beta keeps as retired.
 	oldEnc := b.enc
-	newEnc, _ := mbx.GenerateEncKey(seededRand(42))
+	newEnc, _ := mbx.GenerateEncKey(testkit.Rand(42))
 	b.enc, b.retired = newEnc, []mbx.EncKey{oldEnc}
 	w1 := sealedFor(t, a, "alice", []string{"bob@beta"}, &testHost{Host: &Host{enc: oldEnc}})
 	if st, err := b.ReceiveEnvelope(context.Background(), "alpha", w1, true); err != nil || st != mbx.StatusAccepted {
@@ -29,7 +30,7 @@ func TestRetiredKeys(t *testing.T) {
 	// alpha rotated its host key; beta pins the new one with the old as retired. An envelope
 	// signed before the rotation still verifies; the hop is signed with the new key.
 	oldKey := a.key
-	newKey, _ := mbx.GenerateSigningKey(seededRand(43))
+	newKey, _ := mbx.GenerateSigningKey(testkit.Rand(43))
 	rec := a.record()
 	rec.HostPubkey, rec.RetiredKeys = newKey.PublicKey(), []string{oldKey.PublicKey()}
 	if err := b.PinPeer(rec); err != nil {
@@ -52,10 +53,10 @@ func TestRetiredKeys(t *testing.T) {
 
 func TestRetiredEncKeyFile(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "h")
-	if err := Init(dir, InitOptions{Host: "alpha", Rand: seededRand(5)}); err != nil {
+	if err := Init(dir, InitOptions{Host: "alpha", Rand: testkit.Rand(5)}); err != nil {
 		t.Fatal(err)
 	}
-	old, _ := mbx.GenerateEncKey(seededRand(6))
+	old, _ := mbx.GenerateEncKey(testkit.Rand(6))
 	raw, _ := json.Marshal([]mbx.KeyFile{old.File()})
 	if err := os.WriteFile(filepath.Join(dir, RetiredEnc), raw, 0o600); err != nil {
 		t.Fatal(err)

@@ -1,22 +1,19 @@
 package host
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/agentmbx/agentmbx/inbox"
 	"github.com/agentmbx/agentmbx/internal/failpoint"
+	"github.com/agentmbx/agentmbx/internal/testkit"
 	"github.com/agentmbx/agentmbx/mbx"
 	"github.com/agentmbx/agentmbx/outbox"
 )
@@ -61,22 +58,8 @@ func TestRelayCrashChildProcess(t *testing.T) {
 // unless the child died of SIGKILL.
 func runCrashChild(t *testing.T, home, action, point string) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestRelayCrashChildProcess$", "-test.count=1")
-	cmd.Env = append(os.Environ(), relayCrashChildEnv+"="+action, relayCrashHomeEnv+"="+home,
-		failpoint.Env+"="+point+"="+string(failpoint.Kill))
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	err := cmd.Run()
-	var ee *exec.ExitError
-	if !errors.As(err, &ee) {
-		t.Fatalf("child %s: %v, want death by SIGKILL at %s\n%s", action, err, point, stderr.String())
-	}
-	ws, ok := ee.Sys().(syscall.WaitStatus)
-	if !ok || !ws.Signaled() || ws.Signal() != syscall.SIGKILL {
-		t.Fatalf("child %s: %v, want death by SIGKILL at %s\n%s", action, err, point, stderr.String())
-	}
+	testkit.RunKilled(t, testkit.Child("TestRelayCrashChildProcess", relayCrashChildEnv+"="+action, relayCrashHomeEnv+"="+home,
+		failpoint.Env+"="+point+"="+string(failpoint.Kill)), "child "+action+" at "+point)
 }
 
 // crashHost is a host whose store the parent closes while a child uses it, then reopens.
@@ -84,15 +67,15 @@ type crashHost struct {
 	t     *testing.T
 	name  string
 	dir   string
-	clock *fakeClock
+	clock *testkit.Clock
 	th    *testHost
 }
 
-func newCrashHost(t *testing.T, name string, clock *fakeClock) *crashHost {
+func newCrashHost(t *testing.T, name string, clock *testkit.Clock) *crashHost {
 	t.Helper()
 	dir := filepath.Join(t.TempDir(), name)
 	seed := uint64(len(name))<<8 | uint64(name[0])
-	if err := Init(dir, InitOptions{Host: name, Rand: seededRand(seed), Clock: clock.Now}); err != nil {
+	if err := Init(dir, InitOptions{Host: name, Rand: testkit.Rand(seed), Clock: clock.Now}); err != nil {
 		t.Fatalf("Init(%s): %v", name, err)
 	}
 	c := &crashHost{t: t, name: name, dir: dir, clock: clock}
@@ -163,7 +146,7 @@ func crashPair(t *testing.T, crashName string) (*testRelay, *crashHost, *testHos
 	if testing.Short() {
 		t.Skip("child process test")
 	}
-	clock := &fakeClock{now: time.Now().UTC()} // the child runs on the wall clock
+	clock := testkit.NewClock(time.Now().UTC()) // the child runs on the wall clock
 	rel := newTestRelay(t, clock, mbx.Limits{})
 	log := &pushLog{}
 	rel.set(func(r *testRelay) { r.rewrite = log.record(t) })

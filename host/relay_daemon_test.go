@@ -3,38 +3,22 @@ package host
 import (
 	"context"
 	"net/http"
-	"net/http/httptest"
 	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/agentmbx/agentmbx/api"
 	"github.com/agentmbx/agentmbx/client"
+	"github.com/agentmbx/agentmbx/internal/testkit/testrelay"
 	"github.com/agentmbx/agentmbx/mbx"
 	"github.com/agentmbx/agentmbx/relayserver"
-	"github.com/agentmbx/agentmbx/relayserver/sqlitestore"
 )
 
 // startRelay runs the real relay on 127.0.0.1 with real clocks and returns its URL and key.
 func startRelay(t testing.TB) (string, mbx.SigningKey) {
 	t.Helper()
-	key, err := mbx.GenerateSigningKey(seededRand(910))
-	if err != nil {
-		t.Fatal(err)
-	}
-	st, err := sqlitestore.Open(context.Background(), t.TempDir(), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv, err := relayserver.New(context.Background(), st, relayserver.Options{Key: key, Version: "test",
-		EnrolCallsPerMinute: -1, PushesPerMinute: -1})
-	if err != nil {
-		st.Close()
-		t.Fatal(err)
-	}
-	ts := httptest.NewServer(srv)
-	t.Cleanup(func() { ts.Close(); st.Close() })
-	return ts.URL, key
+	r := testrelay.Start(t, 910, relayserver.Options{EnrolCallsPerMinute: -1, PushesPerMinute: -1})
+	return r.URL, r.Key
 }
 
 // runDaemonOpts runs RunDaemon on an initialized home with opts (the test's defaults filled in).

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/agentmbx/agentmbx/api"
+	"github.com/agentmbx/agentmbx/internal/testkit"
 	"github.com/agentmbx/agentmbx/mbx"
 	"github.com/agentmbx/agentmbx/outbox"
 	"github.com/agentmbx/agentmbx/relayserver"
@@ -23,7 +24,7 @@ import (
 // behind the same URL (a restore, a new epoch, a new relay key).
 type testRelay struct {
 	t     *testing.T
-	clock *fakeClock
+	clock *testkit.Clock
 	url   string
 	ts    *httptest.Server
 	cur   atomic.Pointer[relayBackend]
@@ -43,10 +44,10 @@ type relayBackend struct {
 	dir   string
 }
 
-func newTestRelay(t *testing.T, clock *fakeClock, limits mbx.Limits) *testRelay {
+func newTestRelay(t *testing.T, clock *testkit.Clock, limits mbx.Limits) *testRelay {
 	t.Helper()
 	r := &testRelay{t: t, clock: clock}
-	key, err := mbx.GenerateSigningKey(seededRand(900))
+	key, err := mbx.GenerateSigningKey(testkit.Rand(900))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -103,7 +104,7 @@ func (r *testRelay) wipe() {
 // rekey replaces the relay by another one with another key behind the same URL.
 func (r *testRelay) rekey() mbx.SigningKey {
 	r.t.Helper()
-	key, err := mbx.GenerateSigningKey(seededRand(901))
+	key, err := mbx.GenerateSigningKey(testkit.Rand(901))
 	if err != nil {
 		r.t.Fatal(err)
 	}

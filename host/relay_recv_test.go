@@ -11,6 +11,7 @@ import (
 
 	"github.com/agentmbx/agentmbx/api"
 	"github.com/agentmbx/agentmbx/inbox"
+	"github.com/agentmbx/agentmbx/internal/testkit"
 	"github.com/agentmbx/agentmbx/mbx"
 	"github.com/agentmbx/agentmbx/outbox"
 	"github.com/agentmbx/agentmbx/quarantine"
@@ -252,7 +253,7 @@ func TestRelayExpiryNotice(t *testing.T) {
 		}
 		return mbx.PullItem{Seq: seq, Kind: mbx.ItemKindExpired, ItemID: n.Notice.NoticeItemID(), SenderPubkey: k.PublicKey(), WireB64: mbx.B64(wire)}
 	}
-	impostor, _ := mbx.GenerateSigningKey(seededRand(58))
+	impostor, _ := mbx.GenerateSigningKey(testkit.Rand(58))
 	pos, _ := a.rpos.Position(context.Background(), r.url)
 	page := mbx.PullResponse{Epoch: r.epoch(), HeadSeq: 2, LastSeq: 2,
 		Items: []mbx.PullItem{notice(impostor, 1), notice(r.key(), 2)}}

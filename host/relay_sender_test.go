@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/agentmbx/agentmbx/api"
+	"github.com/agentmbx/agentmbx/internal/testkit"
 	"github.com/agentmbx/agentmbx/mbx"
 	"github.com/agentmbx/agentmbx/outbox"
 )
@@ -123,8 +124,8 @@ func TestRelayRejectedResults(t *testing.T) {
 // TestRelayForgedAccepts: accept statements that do not prove this row's acceptance — signed by
 // another key, over other bytes, for another target, for another item — leave the row pending.
 func TestRelayForgedAccepts(t *testing.T) {
-	forger, _ := mbx.GenerateSigningKey(seededRand(55))
-	stranger, _ := mbx.GenerateSigningKey(seededRand(56))
+	forger, _ := mbx.GenerateSigningKey(testkit.Rand(55))
+	stranger, _ := mbx.GenerateSigningKey(testkit.Rand(56))
 	cases := []struct {
 		name string
 		key  func(r *testRelay) mbx.SigningKey
@@ -362,7 +363,7 @@ func TestRelayKeyChange(t *testing.T) {
 // relay key (another relay answers at the pinned URL) stops relay use, and the row stays pending.
 func TestRelayStatementByAnotherKey(t *testing.T) {
 	a, _, r := relayPair(t, mbx.Limits{})
-	other, _ := mbx.GenerateSigningKey(seededRand(57))
+	other, _ := mbx.GenerateSigningKey(testkit.Rand(57))
 	r.set(func(r *testRelay) {
 		r.rewrite = rewriteAccepts(t, other, func(a map[string]any) { a["relay_pubkey"] = other.PublicKey() })
 	})

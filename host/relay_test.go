@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/agentmbx/agentmbx/api"
+	"github.com/agentmbx/agentmbx/internal/testkit"
 	"github.com/agentmbx/agentmbx/mbx"
 	"github.com/agentmbx/agentmbx/outbox"
 )
@@ -30,7 +31,7 @@ func TestRelaySet(t *testing.T) {
 	r := newTestRelay(t, clock, mbx.Limits{})
 	ctx := context.Background()
 
-	other, _ := mbx.GenerateSigningKey(seededRand(77))
+	other, _ := mbx.GenerateSigningKey(testkit.Rand(77))
 	if _, err := a.RelaySet(ctx, api.RelaySetRequest{URL: r.url, Key: other.Fingerprint()}); !errors.Is(err, ErrRelayKeyMismatch) {
 		t.Fatalf("RelaySet with another key's fingerprint = %v, want ErrRelayKeyMismatch", err)
 	}

@@ -4,14 +4,12 @@ package inbox
 
 import (
 	"context"
-	"errors"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"syscall"
 	"testing"
 
 	"github.com/agentmbx/agentmbx/internal/failpoint"
+	"github.com/agentmbx/agentmbx/internal/testkit"
 	"github.com/agentmbx/agentmbx/quarantine"
 	"github.com/agentmbx/agentmbx/relayclient"
 )
@@ -81,17 +79,9 @@ func crashScenario(t *testing.T, point string, committed bool) {
 	head := before.You.HeadSeq
 
 	path := filepath.Join(t.TempDir(), "state.db")
-	cmd := exec.Command(os.Args[0], "-test.run=^TestCrashChild$", "-test.count=1", "-test.v")
-	cmd.Env = append(os.Environ(), envChildDB+"="+path, envChildRelay+"="+pin.URL, envChildRelayKey+"="+pin.RelayKey,
-		envChildAlpha+"="+alpha.key.PublicKey(), failpoint.Env+"="+point+"=kill")
-	out, err := cmd.CombinedOutput()
-	var ee *exec.ExitError
-	if !errors.As(err, &ee) {
-		t.Fatalf("child was not killed (err %v):\n%s", err, out)
-	}
-	if ws, ok := ee.Sys().(syscall.WaitStatus); !ok || !ws.Signaled() || ws.Signal() != syscall.SIGKILL {
-		t.Fatalf("child ended with %v, want SIGKILL at %s:\n%s", err, point, out)
-	}
+	testkit.RunKilled(t, testkit.Child("TestCrashChild", envChildDB+"="+path, envChildRelay+"="+pin.URL,
+		envChildRelayKey+"="+pin.RelayKey, envChildAlpha+"="+alpha.key.PublicKey(), failpoint.Env+"="+point+"=kill"),
+		"child receiver at "+point)
 
 	// What survived the kill.
 	s := openStore(t, path)

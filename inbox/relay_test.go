@@ -6,17 +6,16 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
-	"net/http/httptest"
 	"testing"
 	"time"
 
 	"go.etcd.io/bbolt"
 
+	"github.com/agentmbx/agentmbx/internal/testkit/testrelay"
 	"github.com/agentmbx/agentmbx/mbx"
 	"github.com/agentmbx/agentmbx/quarantine"
 	"github.com/agentmbx/agentmbx/relayclient"
 	"github.com/agentmbx/agentmbx/relayserver"
-	"github.com/agentmbx/agentmbx/relayserver/sqlitestore"
 )
 
 // These tests run the Receiver against the real relay on 127.0.0.1 with real clocks.
@@ -44,22 +43,8 @@ func (r clientRelay) Ack(ctx context.Context, epoch string, through int64) (mbx.
 
 func startRelay(t *testing.T) relayclient.Pin {
 	t.Helper()
-	key, err := mbx.GenerateSigningKey(seeded(1))
-	if err != nil {
-		t.Fatal(err)
-	}
-	st, err := sqlitestore.Open(context.Background(), t.TempDir(), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv, err := relayserver.New(context.Background(), st, relayserver.Options{Key: key, Version: "test"})
-	if err != nil {
-		st.Close()
-		t.Fatal(err)
-	}
-	ts := httptest.NewServer(srv)
-	t.Cleanup(func() { ts.Close(); st.Close() })
-	return relayclient.Pin{URL: ts.URL, RelayKey: key.PublicKey()}
+	r := testrelay.Start(t, 1, relayserver.Options{})
+	return relayclient.Pin{URL: r.URL, RelayKey: r.Key.PublicKey()}
 }
 
 func makeHost(t testing.TB, pin relayclient.Pin, name string, n uint64) *testHost {

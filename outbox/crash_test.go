@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -16,6 +15,8 @@ import (
 	"time"
 
 	"go.etcd.io/bbolt"
+
+	"github.com/agentmbx/agentmbx/internal/testkit"
 )
 
 // The crash test re-runs the test binary as a child that writes to a real (fsynced) bbolt file
@@ -59,8 +60,7 @@ type answered struct {
 
 func crashRound(t *testing.T, path string, round int, added map[Key]bool, states map[Key]answered) {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], "-test.run=^TestCrashKeepsAnsweredRows$", "-test.count=1")
-	cmd.Env = append(os.Environ(), envCrashDB+"="+path, envCrashRound+"="+strconv.Itoa(round))
+	cmd := testkit.Child("TestCrashKeepsAnsweredRows", envCrashDB+"="+path, envCrashRound+"="+strconv.Itoa(round))
 	cmd.Stderr = os.Stderr
 	out, err := cmd.StdoutPipe()
 	if err != nil {

@@ -5,35 +5,18 @@ import (
 	"encoding/base64"
 	"fmt"
 	"path/filepath"
-	"sync"
 	"testing"
 	"time"
 
 	"go.etcd.io/bbolt"
+
+	"github.com/agentmbx/agentmbx/internal/testkit"
 )
 
 // t0 is the tests' starting time.
 var t0 = time.Date(2026, 10, 2, 10, 0, 0, 0, time.UTC)
 
-// fakeClock is a settable clock; tests advance it instead of sleeping.
-type fakeClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func newClock() *fakeClock { return &fakeClock{now: t0} }
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *fakeClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	c.now = c.now.Add(d)
-	c.mu.Unlock()
-}
+func newClock() *testkit.Clock { return testkit.NewClock(t0) }
 
 // openDB opens a bbolt file in a temporary directory. sync=false skips fsync (unit tests).
 func openDB(t testing.TB, sync bool) *bbolt.DB {
@@ -50,7 +33,7 @@ func openDB(t testing.TB, sync bool) *bbolt.DB {
 	return db
 }
 
-func openTest(t testing.TB) (*Store, *fakeClock) {
+func openTest(t testing.TB) (*Store, *testkit.Clock) {
 	t.Helper()
 	clk := newClock()
 	s, err := Open(openDB(t, false), &Options{Clock: clk.Now})

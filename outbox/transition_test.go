@@ -6,24 +6,26 @@ import (
 	"reflect"
 	"testing"
 	"time"
+
+	"github.com/agentmbx/agentmbx/internal/testkit"
 )
 
 // fromStates builds a row in each starting state through legal operations only.
 var fromStates = []struct {
 	name string
-	make func(t *testing.T, s *Store, clk *fakeClock) Key
+	make func(t *testing.T, s *Store, clk *testkit.Clock) Key
 }{
-	{"pending", func(t *testing.T, s *Store, clk *fakeClock) Key {
+	{"pending", func(t *testing.T, s *Store, clk *testkit.Clock) Key {
 		return mustAdd(t, s, envRow("M1", "peer"))[0].Key()
 	}},
-	{"relay-accepted", func(t *testing.T, s *Store, clk *fakeClock) Key {
+	{"relay-accepted", func(t *testing.T, s *Store, clk *testkit.Clock) Key {
 		k := mustAdd(t, s, envRow("M1", "peer"))[0].Key()
 		if _, err := s.MarkRelayAccepted(context.Background(), k, acceptance(clk.Now(), "E1", 100)); err != nil {
 			t.Fatal(err)
 		}
 		return k
 	}},
-	{"relay-accepted+repush", func(t *testing.T, s *Store, clk *fakeClock) Key {
+	{"relay-accepted+repush", func(t *testing.T, s *Store, clk *testkit.Clock) Key {
 		k := mustAdd(t, s, envRow("M1", "peer"))[0].Key()
 		if _, err := s.MarkRelayAccepted(context.Background(), k, acceptance(clk.Now(), "E1", 100)); err != nil {
 			t.Fatal(err)
@@ -33,7 +35,7 @@ var fromStates = []struct {
 		}
 		return k
 	}},
-	{"expired", func(t *testing.T, s *Store, clk *fakeClock) Key {
+	{"expired", func(t *testing.T, s *Store, clk *testkit.Clock) Key {
 		k := mustAdd(t, s, envRow("M1", "peer"))[0].Key()
 		clk.Advance(DefaultLANDeadline)
 		if got, err := s.Sweep(context.Background(), 0); err != nil || len(got) != 1 || got[0].State != StateExpired {
@@ -41,7 +43,7 @@ var fromStates = []struct {
 		}
 		return k
 	}},
-	{"unconfirmed", func(t *testing.T, s *Store, clk *fakeClock) Key {
+	{"unconfirmed", func(t *testing.T, s *Store, clk *testkit.Clock) Key {
 		k := mustAdd(t, s, envRow("M1", "peer"))[0].Key()
 		r, err := s.MarkRelayAccepted(context.Background(), k, acceptance(clk.Now(), "E1", 100))
 		if err != nil {
@@ -53,14 +55,14 @@ var fromStates = []struct {
 		}
 		return k
 	}},
-	{"rejected", func(t *testing.T, s *Store, clk *fakeClock) Key {
+	{"rejected", func(t *testing.T, s *Store, clk *testkit.Clock) Key {
 		k := mustAdd(t, s, envRow("M1", "peer"))[0].Key()
 		if _, err := s.MarkRejected(context.Background(), k, TransportLAN, "unpaired", false); err != nil {
 			t.Fatal(err)
 		}
 		return k
 	}},
-	{"done", func(t *testing.T, s *Store, clk *fakeClock) Key {
+	{"done", func(t *testing.T, s *Store, clk *testkit.Clock) Key {
 		k := mustAdd(t, s, envRow("M1", "peer"))[0].Key()
 		if _, err := s.MarkDelivered(context.Background(), k); err != nil {
 			t.Fatal(err)
@@ -71,35 +73,35 @@ var fromStates = []struct {
 
 type transitionOp struct {
 	name string
-	do   func(s *Store, clk *fakeClock, k Key) (Row, error)
+	do   func(s *Store, clk *testkit.Clock, k Key) (Row, error)
 }
 
 var transitionOps = []transitionOp{
-	{"delivered", func(s *Store, _ *fakeClock, k Key) (Row, error) {
+	{"delivered", func(s *Store, _ *testkit.Clock, k Key) (Row, error) {
 		return s.MarkDelivered(context.Background(), k)
 	}},
-	{"failed lan", func(s *Store, _ *fakeClock, k Key) (Row, error) {
+	{"failed lan", func(s *Store, _ *testkit.Clock, k Key) (Row, error) {
 		return s.MarkAttemptFailed(context.Background(), k, TransportLAN, errors.New("connection refused"))
 	}},
-	{"failed relay", func(s *Store, _ *fakeClock, k Key) (Row, error) {
+	{"failed relay", func(s *Store, _ *testkit.Clock, k Key) (Row, error) {
 		return s.MarkAttemptFailed(context.Background(), k, TransportRelay, errors.New("502"))
 	}},
-	{"rejected retryable", func(s *Store, _ *fakeClock, k Key) (Row, error) {
+	{"rejected retryable", func(s *Store, _ *testkit.Clock, k Key) (Row, error) {
 		return s.MarkRejected(context.Background(), k, TransportRelay, "rejected:quota:target", true)
 	}},
-	{"rejected final relay", func(s *Store, _ *fakeClock, k Key) (Row, error) {
+	{"rejected final relay", func(s *Store, _ *testkit.Clock, k Key) (Row, error) {
 		return s.MarkRejected(context.Background(), k, TransportRelay, "rejected:sender not accepted by target", false)
 	}},
-	{"rejected final lan", func(s *Store, _ *fakeClock, k Key) (Row, error) {
+	{"rejected final lan", func(s *Store, _ *testkit.Clock, k Key) (Row, error) {
 		return s.MarkRejected(context.Background(), k, TransportLAN, "401 unpaired", false)
 	}},
-	{"accepted", func(s *Store, clk *fakeClock, k Key) (Row, error) {
+	{"accepted", func(s *Store, clk *testkit.Clock, k Key) (Row, error) {
 		return s.MarkRelayAccepted(context.Background(), k, acceptance(clk.Now(), "E2", 200))
 	}},
-	{"expired", func(s *Store, _ *fakeClock, k Key) (Row, error) {
+	{"expired", func(s *Store, _ *testkit.Clock, k Key) (Row, error) {
 		return s.MarkExpired(context.Background(), k, "relay expired the item")
 	}},
-	{"settle", func(s *Store, _ *fakeClock, k Key) (Row, error) {
+	{"settle", func(s *Store, _ *testkit.Clock, k Key) (Row, error) {
 		r, _, err := s.Settle(context.Background(), k.ItemID, k.Host)
 		return r, err
 	}},

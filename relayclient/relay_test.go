@@ -6,10 +6,10 @@ import (
 	"io"
 	"log/slog"
 	"math/rand/v2"
-	"net/http/httptest"
 	"testing"
 	"time"
 
+	"github.com/agentmbx/agentmbx/internal/testkit/testrelay"
 	"github.com/agentmbx/agentmbx/mbx"
 	"github.com/agentmbx/agentmbx/relayclient"
 	"github.com/agentmbx/agentmbx/relayserver"
@@ -39,22 +39,8 @@ type realRelay struct {
 
 func startRelay(t *testing.T) *realRelay {
 	t.Helper()
-	key, err := mbx.GenerateSigningKey(seeded(1))
-	if err != nil {
-		t.Fatal(err)
-	}
-	st, err := sqlitestore.Open(bg, t.TempDir(), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv, err := relayserver.New(bg, st, relayserver.Options{Key: key, Version: "test"})
-	if err != nil {
-		st.Close()
-		t.Fatal(err)
-	}
-	ts := httptest.NewServer(srv)
-	t.Cleanup(func() { ts.Close(); st.Close() })
-	return &realRelay{key: key, url: ts.URL, store: st, srv: srv}
+	r := testrelay.Start(t, 1, relayserver.Options{})
+	return &realRelay{key: r.Key, url: r.URL, store: r.Store, srv: r.Server}
 }
 
 func newHost(t *testing.T, r *realRelay, pin relayclient.Pin, name string, n uint64) *host {

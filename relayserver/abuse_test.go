@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentmbx/agentmbx/internal/testkit"
 	"github.com/agentmbx/agentmbx/mbx"
 	"github.com/agentmbx/agentmbx/relayserver"
 )
@@ -103,12 +104,12 @@ func TestHopHeadersCheckedBeforeTheBody(t *testing.T) {
 		t.Fatalf("unenrolled key = %d, want 401 before the body", c.StatusCode)
 	}
 	stale := *r
-	stale.clock = &clock{t: t0.Add(-time.Hour)}
+	stale.clock = testkit.NewClock(t0.Add(-time.Hour))
 	if c := stale.hold(t, &a, "/v2/relay/items", 8<<20-1, "").answer(); c.StatusCode != 401 {
 		t.Fatalf("stale hop = %d, want 401 before the body", c.StatusCode)
 	}
 	far := *r
-	far.clock = &clock{t: t0.AddDate(400, 0, 0)}
+	far.clock = testkit.NewClock(t0.AddDate(400, 0, 0))
 	if c := far.hold(t, &a, "/v2/relay/items", 100, "").answer(); c.StatusCode != 401 {
 		t.Fatalf("hop dated four centuries ahead = %d, want 401", c.StatusCode)
 	}

@@ -30,7 +30,7 @@ func benchLimits(o *relayserver.Options) {
 // benchRelay is a relay on the wall clock.
 func benchRelay(b *testing.B, so sqlitestore.Options) *relay {
 	r := newRelayWith(b, benchLimits, so)
-	r.clock.t = time.Now()
+	r.clock.Set(time.Now())
 	return r
 }
 

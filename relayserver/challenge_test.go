@@ -101,12 +101,12 @@ func TestChallengeExpires(t *testing.T) {
 	r := newRelay(t, nil)
 	h, g := newHost(t, "alpha", 1), newHost(t, "gamma", 3)
 	c := r.challengeOf(t, h)
-	r.clock.Add(mbx.ChallengeTTL - time.Millisecond)
+	r.clock.Advance(mbx.ChallengeTTL - time.Millisecond)
 	if code, out := r.answer(t, h, c); code != 200 {
 		t.Fatalf("answer within the lifetime = %d %s", code, out)
 	}
 	c = r.challengeOf(t, g)
-	r.clock.Add(2*mbx.ChallengeTTL + time.Millisecond)
+	r.clock.Advance(2*mbx.ChallengeTTL + time.Millisecond)
 	if code, out := r.answer(t, g, c); code != 400 || !strings.Contains(string(out), "no pending enrolment challenge") {
 		t.Fatalf("answer after two lifetimes = %d %s, want 400", code, out)
 	}
@@ -181,7 +181,7 @@ func TestRateTableNoSelfReset(t *testing.T) {
 		t.Fatalf("the spent address after the churn = %d, want 429", code)
 	}
 	// Once its bucket has refilled, it is served again.
-	r.clock.Add(time.Minute)
+	r.clock.Advance(time.Minute)
 	if code, _ := r.postFrom(t, "203.0.113.7", "/v1/relay/challenge", body); code != 200 {
 		t.Fatalf("after a minute = %d, want 200", code)
 	}
@@ -210,7 +210,7 @@ func TestNewEnrolmentsPerAddressPerDay(t *testing.T) {
 	if code := r.enrolFrom(t, "198.51.100.3", newHost(t, "c", 23)); code != 200 {
 		t.Fatalf("new key from another address = %d, want 200", code)
 	}
-	r.clock.Add(24 * time.Hour)
+	r.clock.Advance(24 * time.Hour)
 	if code := r.enrolFrom(t, "203.0.113.9", newHost(t, "d", 24)); code != 200 {
 		t.Fatalf("new key the next day = %d, want 200", code)
 	}

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/agentmbx/agentmbx/internal/failpoint"
+	"github.com/agentmbx/agentmbx/internal/testkit"
 	"github.com/agentmbx/agentmbx/mbx"
 	"github.com/agentmbx/agentmbx/relayserver"
 	"github.com/agentmbx/agentmbx/relayserver/sqlitestore"
@@ -66,60 +67,26 @@ func childRelay(dir string) int {
 
 // child is a relay process run from the test binary.
 type child struct {
-	t    *testing.T
-	cmd  *exec.Cmd
-	url  string
-	done chan error
+	t   *testing.T
+	p   *testkit.Proc
+	cmd *exec.Cmd
+	url string
 }
 
 func startChild(t *testing.T, dir, fail string) *child {
 	t.Helper()
 	addrFile := filepath.Join(dir, "addr")
 	_ = os.Remove(addrFile)
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), envChild+"="+dir, envArm+"="+fail, relayserver.EnvRelayKey+"=")
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	c := &child{t: t, cmd: cmd, done: make(chan error, 1)}
-	go func() { c.done <- cmd.Wait() }()
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		<-c.done
-	})
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		b, err := os.ReadFile(addrFile)
-		if err == nil && len(b) > 0 {
-			c.url = "http://" + strings.TrimSpace(string(b))
-			return c
-		}
-		select {
-		case err := <-c.done:
-			c.done <- err
-			t.Fatalf("child relay exited early: %v\n%s", err, stderr.String())
-		case <-time.After(20 * time.Millisecond):
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("child relay did not listen in time\n%s", stderr.String())
-		}
-	}
+	cmd := testkit.Child("", envChild+"="+dir, envArm+"="+fail, relayserver.EnvRelayKey+"=")
+	p := testkit.StartProc(t, cmd)
+	return &child{t: t, p: p, cmd: cmd, url: "http://" + p.WaitAddr(t, addrFile)}
 }
 
 // stop ends the child with SIGTERM and waits for a clean exit.
 func (c *child) stop() {
 	c.t.Helper()
-	_ = c.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case err := <-c.done:
-		c.done <- err
-		if err != nil {
-			c.t.Fatalf("child relay after SIGTERM: %v", err)
-		}
-	case <-time.After(60 * time.Second):
-		c.t.Fatal("child relay did not stop after SIGTERM")
+	if err := c.p.Stop(c.t); err != nil {
+		c.t.Fatalf("child relay after SIGTERM: %v", err)
 	}
 }
 
@@ -127,16 +94,11 @@ func (c *child) stop() {
 func (c *child) waitKilled() {
 	c.t.Helper()
 	select {
-	case err := <-c.done:
-		c.done <- err
-		var ee *exec.ExitError
-		if !errors.As(err, &ee) {
-			c.t.Fatalf("child exit = %v, want killed", err)
+	case <-c.p.Done():
+		if !testkit.KilledBySIGKILL(c.p.Err()) {
+			c.t.Fatalf("child exit = %v, want SIGKILL", c.p.Err())
 		}
-		if ws, ok := ee.Sys().(syscall.WaitStatus); !ok || !ws.Signaled() || ws.Signal() != syscall.SIGKILL {
-			c.t.Fatalf("child exit = %v, want SIGKILL", err)
-		}
-	case <-time.After(60 * time.Second):
+	case <-time.After(testkit.ChildWait):
 		c.t.Fatal("child relay was not killed")
 	}
 }

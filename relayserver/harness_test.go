@@ -6,13 +6,12 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
-	"sync"
 	"testing"
 	"time"
 
+	"github.com/agentmbx/agentmbx/internal/testkit"
 	"github.com/agentmbx/agentmbx/mbx"
 	"github.com/agentmbx/agentmbx/relayserver"
 	"github.com/agentmbx/agentmbx/relayserver/sqlitestore"
@@ -23,16 +22,8 @@ var bg = context.Background()
 // t0 is the tests' start of time: 2026-03-14T09:26:53.589Z.
 var t0 = time.UnixMilli(1773480413589).UTC()
 
-type clock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *clock) Now() time.Time      { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
-func (c *clock) Add(d time.Duration) { c.mu.Lock(); c.t = c.t.Add(d); c.mu.Unlock() }
-
 // seeded is a deterministic byte source.
-func seeded(n uint64) io.Reader { return rand.NewChaCha8([32]byte{byte(n), byte(n >> 8), 7}) }
+func seeded(n uint64) io.Reader { return testkit.Rand(n) }
 
 func keyFor(t testing.TB, n uint64) mbx.SigningKey {
 	k, err := mbx.GenerateSigningKey(seeded(1000 + n))
@@ -48,7 +39,7 @@ type relay struct {
 	t     testing.TB
 	dir   string
 	key   mbx.SigningKey
-	clock *clock
+	clock *testkit.Clock
 	opts  func(*relayserver.Options)
 	sopts sqlitestore.Options
 	// wrap, when set, wraps the store the server uses (tests that intercept store calls).
@@ -63,7 +54,7 @@ func newRelay(t testing.TB, opts func(*relayserver.Options)) *relay {
 }
 
 func newRelayWith(t testing.TB, opts func(*relayserver.Options), so sqlitestore.Options) *relay {
-	r := &relay{t: t, dir: t.TempDir(), key: keyFor(t, 0), clock: &clock{t: t0}, opts: opts, sopts: so}
+	r := &relay{t: t, dir: t.TempDir(), key: keyFor(t, 0), clock: testkit.NewClock(t0), opts: opts, sopts: so}
 	r.start()
 	t.Cleanup(r.stop)
 	return r

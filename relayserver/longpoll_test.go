@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentmbx/agentmbx/internal/testkit"
 	"github.com/agentmbx/agentmbx/mbx"
 	"github.com/agentmbx/agentmbx/relayserver"
 )
@@ -179,7 +180,7 @@ func TestLongPollNoLostWakeup(t *testing.T) {
 	t.Parallel()
 	tm := newTimers()
 	hook := &pullHook{}
-	r := &relay{t: t, dir: t.TempDir(), key: keyFor(t, 0), clock: &clock{t: t0},
+	r := &relay{t: t, dir: t.TempDir(), key: keyFor(t, 0), clock: testkit.NewClock(t0),
 		opts: func(o *relayserver.Options) { o.WaitTimer = tm.start },
 		wrap: func(s relayserver.Store) relayserver.Store { hook.Store = s; return hook }}
 	r.start()
@@ -516,7 +517,7 @@ func TestLongPollWokenByPushWhoseClientLeft(t *testing.T) {
 	t.Parallel()
 	tm := newTimers()
 	hook := &updateHook{}
-	r := &relay{t: t, dir: t.TempDir(), key: keyFor(t, 0), clock: &clock{t: t0},
+	r := &relay{t: t, dir: t.TempDir(), key: keyFor(t, 0), clock: testkit.NewClock(t0),
 		opts: func(o *relayserver.Options) { o.WaitTimer = tm.start },
 		wrap: func(s relayserver.Store) relayserver.Store { hook.Store = s; return hook }}
 	r.start()

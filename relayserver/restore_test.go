@@ -48,7 +48,7 @@ func TestRestoreKeepingEpochVisibleThroughHeadSeq(t *testing.T) {
 	copyDir(t, r.dir, backup)
 	r.start()
 
-	r.clock.Add(time.Second)
+	r.clock.Advance(time.Second)
 	r.push(a, envItem("01KKNTQ69NA67N0QBPXKXFN503", b))
 	p := r.pull(b, 0)
 	received := p.LastSeq
@@ -64,7 +64,7 @@ func TestRestoreKeepingEpochVisibleThroughHeadSeq(t *testing.T) {
 		t.Fatal(err)
 	}
 	copyDir(t, backup, r.dir)
-	r.clock.Add(time.Second)
+	r.clock.Advance(time.Second)
 	r.start()
 	if r.srv.Epoch() != epoch {
 		t.Fatalf("the copy restore changed the epoch (%s → %s); this test needs it kept", epoch, r.srv.Epoch())

@@ -1,17 +1,16 @@
 package relayserver_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
+	"github.com/agentmbx/agentmbx/internal/testkit"
 	"github.com/agentmbx/agentmbx/mbx"
 	"github.com/agentmbx/agentmbx/relayserver"
 	"github.com/agentmbx/agentmbx/relayserver/sqlitestore"
@@ -121,24 +120,6 @@ func TestServeWithAnotherKeyChangesNothing(t *testing.T) {
 	}
 }
 
-// syncBuffer is a bytes.Buffer for a logger written from several goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // TestLogsCarryNoKeyMaterial runs a relay logging at debug level through enrolment, a push, a
 // pull, refused requests and a shutdown, and checks that no private key appears in the log.
 func TestLogsCarryNoKeyMaterial(t *testing.T) {
@@ -146,7 +127,7 @@ func TestLogsCarryNoKeyMaterial(t *testing.T) {
 	dir := t.TempDir()
 	relayKey := keyFor(t, 0)
 	a, b := newHost(t, "alpha", 1), newHost(t, "beta", 2)
-	var logs syncBuffer
+	var logs testkit.SyncBuffer
 	log := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	ctx, cancel := context.WithCancel(bg)
 	defer cancel()

@@ -112,7 +112,7 @@ func TestDuplicateRetryReturnsOriginalSeqAndConflictChangesNothing(t *testing.T)
 	r, a, b, _ := setup(t, nil)
 	id := "01KKNTQ2CN9WJ3MR4Q1P12F02T"
 	first := r.push(a, envItem(id, b)).Results[0]
-	r.clock.Add(time.Minute)
+	r.clock.Advance(time.Minute)
 	again := r.push(a, envItem(id, b)).Results[0]
 	if again.Status != "duplicate" || again.Targets[0].Seq != first.Targets[0].Seq {
 		t.Fatalf("retry = %+v, want duplicate with seq %d", again, first.Targets[0].Seq)
@@ -664,7 +664,7 @@ func TestPushRateLimitPerSender(t *testing.T) {
 			t.Fatalf("push %d = %s, want %s", i, st, want)
 		}
 	}
-	r.clock.Add(time.Minute)
+	r.clock.Advance(time.Minute)
 	if st := r.push(a, envItem("01KKNTQ69NA67N0QBPXKXFN599", b)).Results[0].Status; st != "accepted" {
 		t.Fatalf("push after the window = %s", st)
 	}

@@ -50,7 +50,7 @@ func TestSweepExpiresEnvelopeAndNotifiesSender(t *testing.T) {
 		t.Fatalf("second push within the share = %v, want rejected:quota:sender_items", st)
 	}
 
-	r.clock.Add(ret - time.Millisecond)
+	r.clock.Advance(ret - time.Millisecond)
 	if rep := r.sweep(); expiredCount(rep) != 0 || rep.Notices != 0 {
 		t.Fatalf("sweep before expiry = %+v, want nothing done", rep)
 	}
@@ -58,7 +58,7 @@ func TestSweepExpiresEnvelopeAndNotifiesSender(t *testing.T) {
 		t.Fatalf("beta's queue before expiry = %v, want the item", got)
 	}
 
-	r.clock.Add(time.Millisecond)
+	r.clock.Advance(time.Millisecond)
 	rep := r.sweep()
 	if rep.Expired.Envelope != 1 || rep.Notices != 1 || rep.FreedBytes != int64(len(envWire(id, ""))) ||
 		rep.Type != "relay-sweep" || rep.RetentionDays != 14 {
@@ -127,7 +127,7 @@ func TestSweepDropsReceiptsAndNoticesSilently(t *testing.T) {
 		t.Fatalf("receipt = %s", st)
 	}
 	r.push(b, envItem("01KKNTQ2CN9WJ3MR4Q1P12F0B1", a))
-	r.clock.Add(14 * day)
+	r.clock.Advance(14 * day)
 	rep := r.sweep()
 	if rep.Expired.Receipt != 1 || rep.Expired.Envelope != 1 || rep.Notices != 1 {
 		t.Fatalf("sweep = %+v, want a receipt dropped and one envelope noticed", rep)
@@ -142,7 +142,7 @@ func TestSweepDropsReceiptsAndNoticesSilently(t *testing.T) {
 	if got := ids(r.pull(b, 0)); len(got) != 1 {
 		t.Fatalf("beta's queue = %v, want the notice", got)
 	}
-	r.clock.Add(14 * day)
+	r.clock.Advance(14 * day)
 	rep = r.sweep()
 	if rep.Expired.Expired != 1 || rep.Notices != 0 || expiredCount(rep) != 1 {
 		t.Fatalf("sweep of the notice = %+v, want it dropped without a notice", rep)
@@ -163,13 +163,13 @@ func TestSweepPrunesDedupAfterTheHorizon(t *testing.T) {
 	if got := ids(r.pull(b, 0)); len(got) != 0 {
 		t.Fatalf("queue after ack = %v", got)
 	}
-	r.clock.Add(14 * day)
+	r.clock.Advance(14 * day)
 	if rep := r.sweep(); rep.DedupPruned != 0 {
 		t.Fatalf("sweep at expiry pruned %d dedup rows, want 0", rep.DedupPruned)
 	}
 	// Horizon: retention + 7 days after the item was acked or expired (at the latest 14 days
 	// after acceptance), so until 35 days after acceptance both ids stay duplicates.
-	r.clock.Add(21*day - time.Millisecond)
+	r.clock.Advance(21*day - time.Millisecond)
 	rep := r.sweep()
 	if rep.DedupPruned != 0 {
 		t.Fatalf("sweep before the horizon pruned %d, want 0", rep.DedupPruned)
@@ -177,7 +177,7 @@ func TestSweepPrunesDedupAfterTheHorizon(t *testing.T) {
 	if st := statuses(r.push(a, envItem(expiring, b), envItem(acked, b))); st[0] != "duplicate" || st[1] != "duplicate" {
 		t.Fatalf("retries before the horizon = %v, want duplicates", st)
 	}
-	r.clock.Add(time.Millisecond)
+	r.clock.Advance(time.Millisecond)
 	rep = r.sweep()
 	// The two items' rows; the notice to alpha (accepted at the first sweep) keeps its row.
 	if rep.DedupPruned != 2 {
@@ -194,7 +194,7 @@ func TestSweepSkipsSenderThatIsGone(t *testing.T) {
 	r.push(a, envItem("01KKNTQ2CN9WJ3MR4Q1P12F0G1", b))
 	a2 := newHost(t, "alpha", 11)
 	r.rotate(a, a2) // revokes alpha's old key
-	r.clock.Add(14 * day)
+	r.clock.Advance(14 * day)
 	rep := r.sweep()
 	if rep.Expired.Envelope != 1 || rep.Notices != 0 || rep.NoticesSkipped.NotEnrolled != 1 {
 		t.Fatalf("sweep = %+v, want the envelope expired and its notice skipped (sender revoked)", rep)
@@ -214,7 +214,7 @@ func TestSweepBatchAndSweeperWakesSender(t *testing.T) {
 	for _, id := range ids3 {
 		r.push(a, envItem(id, b))
 	}
-	r.clock.Add(14 * day)
+	r.clock.Advance(14 * day)
 	poll := r.pollAsync(bg, a, "/v2/relay/items?after=0&wait=30")
 	tm.parked(t)
 	ctx, cancel := context.WithCancel(bg)

@@ -82,9 +82,7 @@ func TestRelayHopVectors(t *testing.T) {
 			if strings.HasPrefix(c.RequestURL, "/v1/relay/messages") && !servesV1 {
 				t.Skip("the v1 message endpoints are not served")
 			}
-			r.clock.mu.Lock()
-			r.clock.t = time.UnixMilli(c.NowMS)
-			r.clock.mu.Unlock()
+			r.clock.Set(time.UnixMilli(c.NowMS))
 			req, _ := http.NewRequest(c.Method, r.ts.URL+c.RequestURL, strings.NewReader(c.Body))
 			for k, v := range c.Headers {
 				req.Header.Set(k, v)

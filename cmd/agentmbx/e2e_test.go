@@ -18,13 +18,12 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/agentmbx/agentmbx/api"
 	"github.com/agentmbx/agentmbx/client"
+	"github.com/agentmbx/agentmbx/internal/testkit"
 )
 
 const (
@@ -41,33 +40,8 @@ type node struct {
 	t    *testing.T
 	name string
 	home string
-	addr string // the daemon's LAN address (host:port), kept across restarts
-	d    *daemonProc
-}
-
-type daemonProc struct {
-	cmd  *exec.Cmd
-	done chan struct{}
-	err  error // the exit error, set before done is closed
-	log  *syncBuffer
-}
-
-// syncBuffer is a bytes.Buffer safe for the writer goroutine of exec and the test.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
+	addr string        // the daemon's LAN address (host:port), kept across restarts
+	d    *testkit.Proc // the running daemon
 }
 
 // childEnv is the environment of a child agentmbx: this one, with extra, and without the second
@@ -199,23 +173,13 @@ func (n *node) start() {
 	}
 	addrFile := n.home + ".addr"
 	os.Remove(addrFile)
-	d := &daemonProc{done: make(chan struct{}), log: &syncBuffer{}}
-	d.cmd = exec.Command(agentmbxPath(n.t), "daemon", "--home", n.home, "--listen", listen, "--tick", e2eTick, "--addr-file", addrFile)
-	d.cmd.Env = childEnv()
-	d.cmd.Stdout, d.cmd.Stderr = d.log, d.log
-	if err := d.cmd.Start(); err != nil {
-		n.t.Fatalf("%s: start daemon: %v", n.name, err)
-	}
-	go func() {
-		d.err = d.cmd.Wait()
-		close(d.done)
-	}()
+	cmd := exec.Command(agentmbxPath(n.t), "daemon", "--home", n.home, "--listen", listen, "--tick", e2eTick, "--addr-file", addrFile)
+	cmd.Env = childEnv()
+	d := testkit.StartProc(n.t, cmd)
 	n.d = d
 	n.waitFor("the daemon to serve", func() (bool, string) {
-		select {
-		case <-d.done:
-			n.t.Fatalf("%s: daemon exited: %v\n%s", n.name, d.err, d.log.String())
-		default:
+		if ended, err := d.Exited(); ended {
+			n.t.Fatalf("%s: daemon exited: %v\n%s", n.name, err, d.Log.String())
 		}
 		b, err := os.ReadFile(addrFile)
 		if err != nil {
@@ -241,19 +205,10 @@ func (n *node) start() {
 func (n *node) stop() {
 	n.t.Helper()
 	d := n.d
-	if err := d.cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		n.t.Fatalf("%s: SIGTERM: %v", n.name, err)
-	}
-	select {
-	case <-d.done:
-	case <-time.After(e2eWait):
-		d.cmd.Process.Kill()
-		<-d.done
-		n.t.Fatalf("%s: daemon did not stop on SIGTERM\n%s", n.name, d.log.String())
-	}
+	err := d.Stop(n.t)
 	n.d = nil
-	if d.err != nil {
-		n.t.Fatalf("%s: daemon exited with %v after SIGTERM\n%s", n.name, d.err, d.log.String())
+	if err != nil {
+		n.t.Fatalf("%s: daemon exited with %v after SIGTERM\n%s", n.name, err, d.Log.String())
 	}
 }
 
@@ -261,8 +216,8 @@ func (n *node) stop() {
 func (n *node) kill() {
 	n.t.Helper()
 	d := n.d
-	d.cmd.Process.Kill()
-	<-d.done
+	d.Cmd.Process.Kill()
+	<-d.Done()
 	n.d = nil
 }
 
@@ -278,7 +233,7 @@ func (n *node) waitFor(what string, cond func() (bool, string)) {
 		if time.Now().After(deadline) {
 			logs := ""
 			if n.d != nil {
-				logs = n.d.log.String()
+				logs = n.d.Log.String()
 			}
 			n.t.Fatalf("%s: gave up waiting for %s: %s\ndaemon log:\n%s", n.name, what, last, logs)
 		}
@@ -676,15 +631,15 @@ func freePort(t *testing.T) string {
 type bg struct {
 	cmd   *exec.Cmd
 	lines chan string
-	out   *syncBuffer
-	errb  *syncBuffer
+	out   *testkit.SyncBuffer
+	errb  *testkit.SyncBuffer
 	done  chan struct{}
 	err   error
 }
 
 func (n *node) background(args ...string) *bg {
 	n.t.Helper()
-	b := &bg{lines: make(chan string, 100), out: &syncBuffer{}, errb: &syncBuffer{}, done: make(chan struct{})}
+	b := &bg{lines: make(chan string, 100), out: &testkit.SyncBuffer{}, errb: &testkit.SyncBuffer{}, done: make(chan struct{})}
 	b.cmd = exec.Command(agentmbxPath(n.t), append(args, "--home", n.home)...)
 	b.cmd.Env = childEnv()
 	b.cmd.Stderr = b.errb

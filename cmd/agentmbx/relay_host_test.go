@@ -7,17 +7,16 @@ package main
 import (
 	"encoding/json"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/agentmbx/agentmbx/api"
+	"github.com/agentmbx/agentmbx/internal/testkit"
 	"github.com/agentmbx/agentmbx/relayserver"
 )
 
@@ -26,10 +25,8 @@ type relayProc struct {
 	t     *testing.T
 	dir   string // the store directory
 	addr  string // host:port
-	cmd   *exec.Cmd
-	done  chan struct{}
-	err   error
-	log   *syncBuffer
+	p     *testkit.Proc
+	log   *testkit.SyncBuffer
 	start time.Time
 }
 
@@ -47,58 +44,17 @@ func startRelayProc(t *testing.T, dir, listen string) *relayProc {
 func startRelay(t *testing.T, addrFile string, env []string, args ...string) *relayProc {
 	t.Helper()
 	os.Remove(addrFile)
-	r := &relayProc{t: t, done: make(chan struct{}), log: &syncBuffer{}}
-	r.cmd = exec.Command(agentmbxPath(t), append(append([]string{"relay", "serve"}, args...), "--addr-file", addrFile)...)
-	r.cmd.Env = childEnv(env...)
-	r.cmd.Stdout, r.cmd.Stderr = r.log, r.log
-	if err := r.cmd.Start(); err != nil {
-		t.Fatalf("start relay: %v", err)
-	}
-	go func() {
-		r.err = r.cmd.Wait()
-		close(r.done)
-	}()
-	t.Cleanup(func() {
-		r.cmd.Process.Kill()
-		<-r.done
-		if t.Failed() {
-			t.Logf("relay log:\n%s", r.log.String())
-		}
-	})
-	deadline := time.Now().Add(e2eWait)
-	for {
-		select {
-		case <-r.done:
-			t.Fatalf("relay exited: %v\n%s", r.err, r.log.String())
-		default:
-		}
-		if b, err := os.ReadFile(addrFile); err == nil {
-			addr := strings.TrimSpace(string(b))
-			if _, port, err := net.SplitHostPort(addr); err == nil && port != "0" {
-				r.addr = addr
-				return r
-			}
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("relay did not write its address\n%s", r.log.String())
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	cmd := exec.Command(agentmbxPath(t), append(append([]string{"relay", "serve"}, args...), "--addr-file", addrFile)...)
+	cmd.Env = childEnv(env...)
+	p := testkit.StartProc(t, cmd)
+	return &relayProc{t: t, p: p, log: p.Log, addr: p.WaitAddr(t, addrFile)}
 }
 
 // stop sends SIGTERM and waits for a clean exit.
 func (r *relayProc) stop() {
 	r.t.Helper()
-	if err := r.cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		r.t.Fatal(err)
-	}
-	select {
-	case <-r.done:
-	case <-time.After(e2eWait):
-		r.t.Fatalf("relay did not stop\n%s", r.log.String())
-	}
-	if r.err != nil {
-		r.t.Fatalf("relay exited with %v after SIGTERM\n%s", r.err, r.log.String())
+	if err := r.p.Stop(r.t); err != nil {
+		r.t.Fatalf("relay exited with %v after SIGTERM\n%s", err, r.log.String())
 	}
 }
 

@@ -156,8 +156,8 @@ func (r *replica) start() {
 }
 
 func (r *replica) kill() {
-	r.p.cmd.Process.Kill()
-	<-r.p.done
+	r.p.p.Cmd.Process.Kill()
+	<-r.p.p.Done()
 }
 
 func (r *replica) url() string { return "http://" + r.listen }

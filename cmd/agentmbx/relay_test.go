@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentmbx/agentmbx/internal/testkit"
 	"github.com/agentmbx/agentmbx/mbx"
 	"github.com/agentmbx/agentmbx/relayserver"
 	"github.com/agentmbx/agentmbx/relayserver/sqlitestore"
@@ -46,7 +47,7 @@ func TestRelayServeListensAndStops(t *testing.T) {
 	cmd := newRelayCmd()
 	cmd.SetArgs([]string{"serve", "--listen", "127.0.0.1:0", "--addr-file", addrFile, "--trust-proxy", "xff"})
 	cmd.SetOut(&bytes.Buffer{})
-	stderr := &syncBuffer{}
+	stderr := &testkit.SyncBuffer{}
 	cmd.SetErr(stderr)
 	done := make(chan error, 1)
 	go func() { done <- cmd.ExecuteContext(ctx) }()

@@ -4,10 +4,10 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"strings"
-	"syscall"
 	"testing"
+
+	"github.com/agentmbx/agentmbx/internal/testkit"
 )
 
 func TestInjectDisabledIsNil(t *testing.T) {
@@ -38,15 +38,9 @@ func TestKillFromEnvironment(t *testing.T) {
 		fmt.Println("survived")
 		os.Exit(0)
 	}
-	cmd := exec.Command(os.Args[0], "-test.run=^TestKillFromEnvironment$")
-	cmd.Env = append(os.Environ(), "FAILPOINT_TEST_CHILD=1", Env+"=other.point=block, child.point")
+	cmd := testkit.Child("TestKillFromEnvironment", "FAILPOINT_TEST_CHILD=1", Env+"=other.point=block, child.point")
 	out, err := cmd.Output()
-	var ee *exec.ExitError
-	if !errors.As(err, &ee) {
-		t.Fatalf("child = %v (output %q), want killed", err, out)
-	}
-	ws, ok := ee.Sys().(syscall.WaitStatus)
-	if !ok || !ws.Signaled() || ws.Signal() != syscall.SIGKILL || strings.Contains(string(out), "survived") {
+	if !testkit.KilledBySIGKILL(err) || strings.Contains(string(out), "survived") {
 		t.Fatalf("child = %v (output %q), want SIGKILL at the point", err, out)
 	}
 }

@@ -38,6 +38,13 @@ func (c *Clock) Advance(d time.Duration) {
 	c.now = c.now.Add(d)
 }
 
+// Set puts the clock at t.
+func (c *Clock) Set(t time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = t
+}
+
 // Rand is a deterministic randomness source: the same seed gives the same bytes. It is not safe
 // for concurrent use.
 func Rand(seed uint64) io.Reader {
