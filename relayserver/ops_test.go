@@ -19,6 +19,7 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 
+	"github.com/agentmbx/agentmbx/internal/testkit"
 	"github.com/agentmbx/agentmbx/mbx"
 	"github.com/agentmbx/agentmbx/relayserver"
 )
@@ -181,7 +182,7 @@ func TestMetricsCountKnownTraffic(t *testing.T) {
 		t.Errorf("top targets = %v, want 2 series", f)
 	}
 
-	r.clock.Add(90 * time.Second)
+	r.clock.Advance(90 * time.Second)
 	time.Sleep(1100 * time.Millisecond) // the queue query is cached for a second
 	m = scrape(t, r.ts.URL+"/metrics", token)
 	if age := metric(m, "agentmbx_relay_queue_oldest_item_age_seconds"); age != 90 {
@@ -244,7 +245,7 @@ func readiness(t *testing.T, url string) (int, relayserver.Readiness) {
 func TestHealthzAndReadyz(t *testing.T) {
 	t.Parallel()
 	fw := &failingWrites{broken: make(chan struct{})}
-	r := &relay{t: t, dir: t.TempDir(), key: keyFor(t, 0), clock: &clock{t: t0},
+	r := &relay{t: t, dir: t.TempDir(), key: keyFor(t, 0), clock: testkit.NewClock(t0),
 		wrap: func(s relayserver.Store) relayserver.Store { fw.Store = s; return fw }}
 	r.start()
 	t.Cleanup(r.stop)
@@ -257,7 +258,7 @@ func TestHealthzAndReadyz(t *testing.T) {
 	}
 
 	// The heartbeat loop has not written for more than three intervals.
-	r.clock.Add(3*mbx.RelayHeartbeat + time.Second)
+	r.clock.Advance(3*mbx.RelayHeartbeat + time.Second)
 	if code, rd := readiness(t, r.ts.URL); code != 503 || rd.Ready || rd.Checks["heartbeat"] == "ok" || rd.Checks["store"] != "ok" {
 		t.Fatalf("/readyz with a stale heartbeat = %d %+v", code, rd)
 	}
@@ -303,7 +304,7 @@ func TestServeMetricsListenerAndJSONLogs(t *testing.T) {
 	dir := t.TempDir()
 	relayKey := keyFor(t, 0)
 	a, b := newHost(t, "alpha", 1), newHost(t, "beta", 2)
-	var logs syncBuffer
+	var logs testkit.SyncBuffer
 	log := slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	ctx, cancel := context.WithCancel(bg)
 	defer cancel()

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentmbx/agentmbx/internal/testkit"
 	"github.com/agentmbx/agentmbx/mbx"
 	"github.com/agentmbx/agentmbx/relayserver/sqlitestore"
 )
@@ -175,12 +176,11 @@ func TestSIGTERMUnderLoad(t *testing.T) {
 	}
 	l.wg.Wait()
 	select {
-	case err := <-c.done:
-		c.done <- err
-		if err != nil {
+	case <-c.p.Done():
+		if err := c.p.Err(); err != nil {
 			t.Fatalf("relay after SIGTERM under load: %v", err)
 		}
-	case <-time.After(60 * time.Second):
+	case <-time.After(testkit.ChildWait):
 		t.Fatal("relay did not stop after SIGTERM")
 	}
 	l.checkCommitted(t, dir, b)
