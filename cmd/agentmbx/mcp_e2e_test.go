@@ -17,6 +17,7 @@ import (
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/agentmbx/agentmbx/api"
+	"github.com/agentmbx/agentmbx/internal/testkit"
 	"github.com/agentmbx/agentmbx/mcp"
 )
 
@@ -25,7 +26,7 @@ type mcpChild struct {
 	t      *testing.T
 	name   string
 	cs     *sdk.ClientSession
-	stderr *syncBuffer
+	stderr *testkit.SyncBuffer
 }
 
 // startMCP runs `agentmbx mcp --home H` for agent (by --as, or by MBX_AGENT with byEnv) and
@@ -41,7 +42,7 @@ func (n *node) startMCP(agent string, byEnv bool) *mcpChild {
 	}
 	cmd := exec.Command(agentmbxPath(n.t), args...)
 	cmd.Env = env
-	m := &mcpChild{t: n.t, name: agent + "@" + n.name, stderr: &syncBuffer{}}
+	m := &mcpChild{t: n.t, name: agent + "@" + n.name, stderr: &testkit.SyncBuffer{}}
 	cmd.Stderr = m.stderr
 	ctx, cancel := context.WithTimeout(context.Background(), e2eCmd)
 	defer cancel()
