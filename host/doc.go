@@ -1,7 +1,8 @@
 // Package host is an agentmbx host: its identity and store, its peers and agents, the local
 // mailbox, sending and receiving over the LAN and through a relay, delivery receipts, the outbox
-// loop and the daemon. *Host implements api.Service (and api.RelayService) on the store; the daemon (RunDaemon) serves the same Host on the
-// control socket, so a command works the same whether or not a daemon runs.
+// loop and the daemon. *Host implements api.Service (and api.MailService, api.RelayService) on
+// the store; the daemon (RunDaemon) serves the same Host on the control socket, so a command
+// works the same whether or not a daemon runs.
 //
 // # Home
 //

@@ -29,7 +29,7 @@ func (h *Host) Search(ctx context.Context, req api.SearchRequest) (api.SearchRes
 	if err != nil {
 		return api.SearchResult{}, fmt.Errorf("host: search: %w", err)
 	}
-	out := api.SearchResult{Query: req.Query, Messages: []api.Message{}}
+	out := api.SearchResult{Query: req.Query}
 	err = h.db.View(func(tx *bbolt.Tx) error {
 		lists := make([]*postings, 0, len(ts)+1)
 		for _, t := range ts {
@@ -46,14 +46,9 @@ func (h *Host) Search(ctx context.Context, req api.SearchRequest) (api.SearchRes
 		if len(ids) > limit {
 			ids, out.More = ids[:limit], true
 		}
-		for _, id := range ids {
-			m, err := h.viewTx(tx, req.Agent, id)
-			if err != nil {
-				return err
-			}
-			out.Messages = append(out.Messages, m)
-		}
-		return nil
+		var err error
+		out.Messages, err = h.viewsTx(tx, req.Agent, ids)
+		return err
 	})
 	if err != nil {
 		return api.SearchResult{}, fmt.Errorf("host: search: %w", err)
@@ -169,6 +164,19 @@ func (h *Host) viewTx(tx *bbolt.Tx, agent, id string) (api.Message, error) {
 		v.State = "sent"
 	}
 	return v, nil
+}
+
+// viewsTx is viewTx of each id, in order.
+func (h *Host) viewsTx(tx *bbolt.Tx, agent string, ids []string) ([]api.Message, error) {
+	out := make([]api.Message, 0, len(ids))
+	for _, id := range ids {
+		m, err := h.viewTx(tx, agent, id)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, m)
+	}
+	return out, nil
 }
 
 // visibleTx reports whether agent holds or sent message id ("" sees everything).

@@ -32,7 +32,7 @@ func (h *Host) Thread(ctx context.Context, req api.ThreadRequest) (api.Thread, e
 		if err != nil {
 			return err
 		}
-		out = api.Thread{Thread: thread, Messages: []api.Message{}}
+		out = api.Thread{Thread: thread}
 		var ids []string
 		p := prefix(thread)
 		c := tx.Bucket(bucketIdxThreads).Cursor()
@@ -44,14 +44,8 @@ func (h *Host) Thread(ctx context.Context, req api.ThreadRequest) (api.Thread, e
 		if n := len(ids) - api.MaxThread; n > 0 {
 			ids, out.Earlier = ids[n:], n
 		}
-		for _, id := range ids {
-			m, err := h.viewTx(tx, req.Agent, id)
-			if err != nil {
-				return err
-			}
-			out.Messages = append(out.Messages, m)
-		}
-		return nil
+		out.Messages, err = h.viewsTx(tx, req.Agent, ids)
+		return err
 	})
 	if err != nil {
 		return api.Thread{}, fmt.Errorf("host: thread %s: %w", req.ID, err)

@@ -42,18 +42,9 @@ to the local recipients and queued for each remote host.`,
 			if len(addrs) == 0 {
 				return usageErr("name recipients like --to bob@desk,role:reviewer", "send: no recipients")
 			}
-			hasBody, hasFile := cmd.Flags().Changed("message"), cmd.Flags().Changed("body-file")
-			switch {
-			case hasBody && hasFile:
-				return usageErr("give the body once", "send: both -m and --body-file")
-			case !hasBody && !hasFile:
-				return usageErr("give the body with -m TEXT, or --body-file FILE (- for standard input)", "send: no body")
-			case hasFile:
-				b, err := readInput(cmd, bodyFile, maxBodyFile)
-				if err != nil {
-					return fmt.Errorf("send: body: %w", err)
-				}
-				body = string(b)
+			body, err := bodyFromFlags(cmd, "send", body, bodyFile)
+			if err != nil {
+				return err
 			}
 			req := api.SendRequest{From: as, To: addrs, Subject: subject, Body: body, Kind: kind,
 				Thread: thread, ReplyTo: replyTo, NeedsReply: needsReply}
@@ -62,11 +53,7 @@ to the local recipients and queued for each remote host.`,
 				if err != nil {
 					return err
 				}
-				if asJSON {
-					return printJSON(cmd.OutOrStdout(), res)
-				}
-				_, err = fmt.Fprintln(cmd.OutOrStdout(), res.ID)
-				return err
+				return printSendResult(cmd, res, asJSON)
 			})
 		},
 	}

@@ -146,18 +146,9 @@ agent sent it), in its thread, with reply-to set; the subject is "Re: " and the 
 --subject is given. Like send, the id is printed once the reply is durable.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			hasBody, hasFile := cmd.Flags().Changed("message"), cmd.Flags().Changed("body-file")
-			switch {
-			case hasBody && hasFile:
-				return usageErr("give the body once", "reply: both -m and --body-file")
-			case !hasBody && !hasFile:
-				return usageErr("give the body with -m TEXT, or --body-file FILE (- for standard input)", "reply: no body")
-			case hasFile:
-				b, err := readInput(cmd, bodyFile, maxBodyFile)
-				if err != nil {
-					return fmt.Errorf("reply: body: %w", err)
-				}
-				body = string(b)
+			body, err := bodyFromFlags(cmd, "reply", body, bodyFile)
+			if err != nil {
+				return err
 			}
 			return withConn(cmd, home, func(ctx context.Context, c *conn) error {
 				ms, err := mailOf(c)
@@ -168,11 +159,7 @@ agent sent it), in its thread, with reply-to set; the subject is "Re: " and the 
 				if err != nil {
 					return err
 				}
-				if asJSON {
-					return printJSON(cmd.OutOrStdout(), res)
-				}
-				_, err = fmt.Fprintln(cmd.OutOrStdout(), res.ID)
-				return err
+				return printSendResult(cmd, res, asJSON)
 			})
 		},
 	}
@@ -186,4 +173,32 @@ agent sent it), in its thread, with reply-to set; the subject is "Re: " and the 
 	f.BoolVar(&asJSON, "json", false, "print the id and where the reply went as JSON")
 	cmd.MarkFlagRequired("as")
 	return cmd
+}
+
+// bodyFromFlags is the body a send or reply got: -m TEXT (body) or --body-file F (- for standard
+// input), exactly one of them.
+func bodyFromFlags(cmd *cobra.Command, op, body, bodyFile string) (string, error) {
+	hasBody, hasFile := cmd.Flags().Changed("message"), cmd.Flags().Changed("body-file")
+	switch {
+	case hasBody && hasFile:
+		return "", usageErr("give the body once", "%s: both -m and --body-file", op)
+	case !hasBody && !hasFile:
+		return "", usageErr("give the body with -m TEXT, or --body-file FILE (- for standard input)", "%s: no body", op)
+	case hasFile:
+		b, err := readInput(cmd, bodyFile, maxBodyFile)
+		if err != nil {
+			return "", fmt.Errorf("%s: body: %w", op, err)
+		}
+		return string(b), nil
+	}
+	return body, nil
+}
+
+// printSendResult prints a new message's id, or where it went as JSON.
+func printSendResult(cmd *cobra.Command, res api.SendResult, asJSON bool) error {
+	if asJSON {
+		return printJSON(cmd.OutOrStdout(), res)
+	}
+	_, err := fmt.Fprintln(cmd.OutOrStdout(), res.ID)
+	return err
 }
