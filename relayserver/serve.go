@@ -3,6 +3,7 @@ package relayserver
 import (
 	"context"
 	"crypto/rand"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -48,6 +49,10 @@ type ServeConfig struct {
 	ShutdownTimeout time.Duration
 	// HeartbeatEvery is how often the store's heartbeat is written. Default mbx.RelayHeartbeat.
 	HeartbeatEvery time.Duration
+	// TLS, when set, makes the relay serve HTTPS itself (HTTP/2 and HTTP/1.1) with this config:
+	// certificates from files or from an ACME manager (the command builds it). Nil serves plain
+	// HTTP (loopback, or behind a TLS proxy).
+	TLS *tls.Config
 	// KeyLoaded, when set, is called with the relay's public key once it is loaded, before Ready.
 	KeyLoaded func(publicKey string)
 	// Ready, when set, is called with the bound address once the relay is listening, before the
@@ -144,7 +149,12 @@ func Serve(ctx context.Context, cfg ServeConfig) (err error) {
 		WriteTimeout: 2 * time.Minute, IdleTimeout: 2 * time.Minute}
 	hs.RegisterOnShutdown(srv.Shutdown) // parked long polls answer now, so Shutdown does not wait for them
 	errc := make(chan error, 2)
-	go func() { errc <- hs.Serve(ln) }()
+	if cfg.TLS != nil {
+		hs.TLSConfig = cfg.TLS
+		go func() { errc <- hs.ServeTLS(ln, "", "") }()
+	} else {
+		go func() { errc <- hs.Serve(ln) }()
+	}
 	ms, err := serveMetrics(cfg, srv, errc)
 	if err != nil {
 		_ = hs.Close()

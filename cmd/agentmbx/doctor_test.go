@@ -27,9 +27,9 @@ func (n *node) doctorRun() (doctor.Report, int) {
 }
 
 // relayInfoOf runs `agentmbx relay info URL --json`.
-func relayInfoOf(t *testing.T, url string) relayInfo {
+func relayInfoOf(t *testing.T, url string, extra ...string) relayInfo {
 	t.Helper()
-	cmd := exec.Command(agentmbxPath(t), "relay", "info", url, "--json")
+	cmd := exec.Command(agentmbxPath(t), append([]string{"relay", "info", url, "--json"}, extra...)...)
 	cmd.Env = childEnv()
 	out, err := cmd.Output()
 	var ri relayInfo

@@ -40,11 +40,14 @@ any restore made another way (a volume snapshot, a file copy) needs before the r
 func newRelayServeCmd() *cobra.Command {
 	var storeDir, db, listen, addrFile, trust, metricsListen, metricsAddrFile string
 	var lf logFlags
+	var tf relayTLSFlags
 	cmd := &cobra.Command{
-		Use:   "serve [--store-dir DIR | --db URL] [--listen ADDR] [--addr-file FILE] [--trust-proxy MODE] [--metrics-listen ADDR]",
+		Use:   "serve [--store-dir DIR | --db URL] [--listen ADDR] [--tls-cert FILE --tls-key FILE | --acme-domain NAME] [--addr-file FILE] [--trust-proxy MODE] [--metrics-listen ADDR]",
 		Short: "Run the relay in the foreground",
 		Example: `  agentmbx relay keygen > relay.seed
-  MBX_RELAY_KEY=$(cat relay.seed) agentmbx relay serve --store-dir ./relay --listen 127.0.0.1:7374`,
+  MBX_RELAY_KEY=$(cat relay.seed) agentmbx relay serve --store-dir ./relay --listen 127.0.0.1:7374
+  MBX_RELAY_KEY=$(cat relay.seed) agentmbx relay serve --store-dir /var/lib/agentmbx-relay --listen :443 --acme-domain relay.example.com
+  agentmbx relay serve --store-dir ./relay --listen :7374 --tls-cert relay.crt --tls-key relay.key.pem`,
 		Long: `Run the relay: the v2 relay API over a SQLite store in --store-dir (or $` + relayserver.EnvRelayDir + `).
 Every answered push is committed (WAL, synchronous=FULL) before its answer, so a crash loses
 nothing that was answered. SIGTERM or Ctrl-C stops it cleanly.
@@ -63,6 +66,13 @@ synchronous_commit and fsync on.
 host:port once the relay listens. --trust-proxy (or $` + relayserver.EnvRelayTrustProxy + `) says which
 header carries the client address behind a proxy: xff (the rightmost X-Forwarded-For entry) or
 cloudflare (CF-Connecting-IP); without it the TCP peer address counts.
+
+HTTPS: --tls-cert FILE --tls-key FILE serve it with that certificate (TLS 1.2 or later, HTTP/2);
+--acme-domain NAME obtains and renews a certificate for NAME from Let's Encrypt (ACME TLS-ALPN,
+so --listen must be reachable as NAME:443), cached in acme/ in the store directory (or
+--acme-cache DIR). Without either the relay speaks plain HTTP: for loopback, or behind a proxy
+that terminates TLS (then pass --trust-proxy). Hosts verify the certificate against the system
+roots, or a private CA given with 'relay set --ca'.
 
 Operations: GET /healthz answers while the process runs; GET /readyz answers 200 when the store
 takes writes, the heartbeat is fresh and the epoch is loaded, else 503 (and during shutdown).
@@ -97,8 +107,16 @@ listener stops accepting, requests in flight finish (10 s at most), then the sto
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
+			tlsConf, err := tf.config(storeDir)
+			if err != nil {
+				if errors.Is(err, errTLSFlags) {
+					return usageErr("", "%v", err)
+				}
+				return err
+			}
 			var relayPub string
 			err = relayserver.Serve(ctx, relayserver.ServeConfig{
+				TLS:       tlsConf,
 				StoreDir:  storeDir,
 				DB:        db,
 				Listen:    listen,
@@ -109,10 +127,10 @@ listener stops accepting, requests in flight finish (10 s at most), then the sto
 					if lf.json() { // standard error carries only JSON lines
 						fp := mbx.Fingerprint(relayPub)
 						log.Info("relay key fingerprint", "fingerprint", fp,
-							"pin", "agentmbx relay set "+servedURL(addr, "http")+" --key "+fp)
+							"pin", "agentmbx relay set "+tf.servedBase(addr, tlsConf != nil)+" --key "+fp)
 						return
 					}
-					printServedKey(cmd.ErrOrStderr(), relayPub, servedURL(addr, "http"))
+					printServedKey(cmd.ErrOrStderr(), relayPub, tf.servedBase(addr, tlsConf != nil))
 				},
 				Options: relayserver.Options{TrustProxy: mode, Version: version.String(), Logger: log,
 					MetricsToken: os.Getenv(envMetricsToken)},
@@ -135,6 +153,7 @@ listener stops accepting, requests in flight finish (10 s at most), then the sto
 	cmd.Flags().StringVar(&listen, "listen", fmt.Sprintf(":%d", mbx.DefaultRelayPort), "listen address")
 	cmd.Flags().StringVar(&addrFile, "addr-file", "", "write the bound host:port to this file once listening")
 	cmd.Flags().StringVar(&trust, "trust-proxy", "", "client address from a proxy header: xff or cloudflare (default $"+relayserver.EnvRelayTrustProxy+")")
+	tf.add(cmd)
 	cmd.Flags().StringVar(&metricsListen, "metrics-listen", "", "serve /metrics, /healthz and /readyz on this private address (default: off)")
 	cmd.Flags().StringVar(&metricsAddrFile, "metrics-addr-file", "", "write the metrics listener's bound host:port to this file")
 	addLogFlags(cmd, &lf)
