@@ -76,7 +76,7 @@ func (h *Host) relayKeep(ctx context.Context, force bool) error {
 	encPub := h.enc.PublicKey()
 	ad := s.EncAd
 	adDue := enrol || ad == nil || ad.Epoch != info.Epoch || ad.EncPub != encPub ||
-		(info.You != nil && len(info.You.EncAd) == 0)
+		(info.You != nil && (info.You.EncAd == nil || info.You.EncAd.EncPub != encPub || info.You.EncAd.Exp == nil))
 	if !adDue {
 		if at, err := mbx.ParseISOTime(ad.At); err != nil || !now.Before(at.Add(mbx.EncAdRefresh)) {
 			adDue = true

@@ -101,9 +101,19 @@ type InfoCaller struct {
 	Pubkey       string `json:"pubkey"`
 	HeadSeq      int64  `json:"head_seq"`
 	AckedThrough int64  `json:"acked_through"`
-	// EncAd is the enc-key ad the relay holds for the caller (its shape is the relay's enc-key
-	// answer, EncKeyAnswer), or absent.
-	EncAd json.RawMessage `json:"enc_ad,omitempty"`
+	// EncAd summarises the enc-key ad the relay holds for the caller, in the 0.5.x shape; null
+	// when it holds none.
+	EncAd *InfoEncAd `json:"enc_ad"`
+}
+
+// InfoEncAd is you.enc_ad of GET /v2/relay/info, as 0.5.x serves and reads it: the enc key the
+// relay holds for the caller, the expiry of the v2 ad that names it (null when only a v1 ad was
+// published), and whether a v1 ad (for v1 clients' lookups by name) is held too. A 0.5.x client
+// republishes both ads at start unless enc_pub is its key, exp is set and v1 is true.
+type InfoEncAd struct {
+	EncPub string  `json:"enc_pub"`
+	Exp    *string `json:"exp"`
+	V1     bool    `json:"v1"`
 }
 
 // PullItem is one item of GET /v2/relay/items.

@@ -22,16 +22,16 @@ func (e *apiError) Unwrap() error { return e.err }
 // where errors meet status codes; every handler answers errors through it.
 //
 //	mbx.ErrBadHop           401 {"error":"bad relay hop"}
-//	ErrNotEnrolled          401 {"error":"not enrolled"}
+//	ErrNotEnrolled          401 {"error":"bad relay hop"} (as 0.5.x: an unknown key is a bad hop)
 //	ErrRevoked              403
 //	ErrDenied               403
 //	ErrNotFound             404
-//	ErrStaleEpoch           409 {"code":"EPOCH","epoch":…}
+//	ErrStaleEpoch           409 {"code":"EPOCH","epoch":…} (and head_seq for an ack)
 //	ErrNameTaken            409
 //	ErrStaleRecord          409
 //	ErrTooLarge             413
 //	ErrRateLimited          429
-//	ErrBadAck               400 {"code":"BAD_ACK","head_seq":…}
+//	ErrBadAck               400 {"code":"BAD_ACK","epoch":…,"head_seq":…}
 //	ErrBadRequest, record refusals (mbx.ErrBad…)  400
 //	ErrBusy, ErrRelayFull, ErrCommit, ErrClosed  503
 //	anything else           500 {"error":"internal error"}
@@ -45,7 +45,7 @@ func errorResponse(err error) (int, mbx.ErrorResponse) {
 	case errors.Is(err, mbx.ErrBadHop):
 		return http.StatusUnauthorized, mbx.ErrorResponse{Error: "bad relay hop"}
 	case errors.Is(err, ErrNotEnrolled):
-		return http.StatusUnauthorized, mbx.ErrorResponse{Error: "not enrolled"}
+		return http.StatusUnauthorized, mbx.ErrorResponse{Error: "bad relay hop"}
 	case errors.Is(err, ErrRevoked), errors.Is(err, ErrDenied):
 		return http.StatusForbidden, body
 	case errors.Is(err, ErrNotFound):

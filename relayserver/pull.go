@@ -13,7 +13,7 @@ import (
 )
 
 // staleEpoch is the 409 of a request that names an epoch that is not current.
-func (s *Server) staleEpoch(got string) error {
+func (s *Server) staleEpoch(got string) *apiError {
 	return &apiError{err: fmt.Errorf("epoch %q is not current: %w", got, ErrStaleEpoch), epoch: s.epoch}
 }
 
@@ -122,6 +122,14 @@ func queryInt(s string, def int64) (int64, error) {
 	return strconv.ParseInt(s, 10, 64)
 }
 
+// withHead adds the caller's head_seq to an error answer (when it can be read).
+func (s *Server) withHead(ctx context.Context, ae *apiError, key string) *apiError {
+	if h, err := s.store.Head(ctx, key); err == nil {
+		ae.headSeq = &h.HeadSeq
+	}
+	return ae
+}
+
 // handleAck is POST /v2/relay/ack {epoch, through} (spec §4).
 func (s *Server) handleAck(w http.ResponseWriter, r *http.Request) {
 	var req struct {
@@ -142,7 +150,8 @@ func (s *Server) handleAck(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if req.Epoch != nil && *req.Epoch != s.epoch {
-		s.writeError(w, r, s.staleEpoch(*req.Epoch))
+		// As 0.5.x: the 409 of a stale ack also says where the caller's queue is now.
+		s.writeError(w, r, s.withHead(r.Context(), s.staleEpoch(*req.Epoch), caller.HostPubkey))
 		return
 	}
 	var res AckResult
@@ -152,12 +161,7 @@ func (s *Server) handleAck(w http.ResponseWriter, r *http.Request) {
 		return err
 	})
 	if errors.Is(err, ErrBadAck) {
-		h, herr := s.store.Head(r.Context(), caller.HostPubkey)
-		ae := &apiError{err: err}
-		if herr == nil {
-			ae.headSeq = &h.HeadSeq
-		}
-		s.writeError(w, r, ae)
+		s.writeError(w, r, s.withHead(r.Context(), &apiError{err: err, epoch: s.epoch}, caller.HostPubkey))
 		return
 	}
 	if err != nil {
@@ -186,6 +190,18 @@ type infoLimits struct {
 	MaxWait int64 `json:"max_wait,omitempty"`
 }
 
+// infoEncAd is the 0.5.x summary of a stored ad for the you block of /v2/relay/info.
+func infoEncAd(ad EncAd) *mbx.InfoEncAd {
+	out := &mbx.InfoEncAd{EncPub: ad.EncPub, V1: ad.V1Sig != ""}
+	var v2 struct {
+		Exp string `json:"exp"`
+	}
+	if len(ad.Ad) > 0 && json.Unmarshal(ad.Ad, &v2) == nil && v2.Exp != "" {
+		out.Exp = &v2.Exp
+	}
+	return out
+}
+
 // handleInfo is GET /v2/relay/info (spec §1): the relay's key, epoch and limits, and with a valid
 // hop the caller's own position.
 func (s *Server) handleInfo(w http.ResponseWriter, r *http.Request) {
@@ -199,8 +215,13 @@ func (s *Server) handleInfo(w http.ResponseWriter, r *http.Request) {
 				return
 			}
 			you := &mbx.InfoCaller{Host: e.HostName, Pubkey: e.HostPubkey, HeadSeq: h.HeadSeq, AckedThrough: h.AckedThrough}
-			if ad, err := s.store.EncAd(r.Context(), e.HostPubkey); err == nil {
-				you.EncAd, _ = json.Marshal(encAnswer(e, ad))
+			ad, err := s.store.EncAd(r.Context(), e.HostPubkey)
+			switch {
+			case err == nil:
+				you.EncAd = infoEncAd(ad)
+			case !errors.Is(err, ErrNotFound):
+				s.writeError(w, r, fmt.Errorf("info: %w", err))
+				return
 			}
 			resp.You = you
 		}

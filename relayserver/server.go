@@ -14,6 +14,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/agentmbx/agentmbx/internal/version"
 	"github.com/agentmbx/agentmbx/mbx"
 )
 
@@ -81,7 +82,8 @@ type Options struct {
 	TrustProxy TrustProxy
 	// Authority decides enrolments. Default HostKeyAuthority.
 	Authority EnrolmentAuthority
-	// Version is announced in /v2/relay/info.
+	// Version is announced in /v2/relay/info; default the build's (internal/version: the module
+	// version from the build info, or the stamp of make build).
 	Version string
 	// Clock and Rand are injected for tests. Defaults: time.Now, crypto/rand.
 	Clock func() time.Time
@@ -131,6 +133,9 @@ func New(ctx context.Context, store Store, opt Options) (*Server, error) {
 	}
 	if opt.Limits == (mbx.Limits{}) {
 		opt.Limits = mbx.DefaultLimits()
+	}
+	if opt.Version == "" {
+		opt.Version = version.String()
 	}
 	if opt.MaxBody <= 0 {
 		opt.MaxBody = mbx.RelayMaxBody

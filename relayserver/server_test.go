@@ -493,11 +493,11 @@ func TestHopTampering(t *testing.T) {
 	if code, _ := send("GET", "/v2/relay/items", h, nil); code != 401 {
 		t.Fatalf("stale hop = %d, want 401", code)
 	}
-	// An unknown key that signs correctly learns it is not enrolled.
+	// An unknown key that signs correctly gets what 0.5.x answers: a bad hop.
 	x := newHost(t, "x", 60)
 	h = mbx.SignRelayHop(x.key, "x", "GET", "/v2/relay/items", nil, r.clock.Now(), true)
-	if code, msg := send("GET", "/v2/relay/items", h, nil); code != 401 || msg != "not enrolled" {
-		t.Fatalf("unknown key = %d %q, want 401 not enrolled", code, msg)
+	if code, msg := send("GET", "/v2/relay/items", h, nil); code != 401 || msg != "bad relay hop" {
+		t.Fatalf("unknown key = %d %q, want 401 bad relay hop", code, msg)
 	}
 	// beta's items are still there.
 	if p := r.pull(b, 0); len(p.Items) != 1 {
