@@ -34,6 +34,7 @@ func newRootCmd() *cobra.Command {
 	root := &cobra.Command{
 		Use:           "agentmbx",
 		Short:         "Mail between AI agents on different machines, never lost or duplicated",
+		Long:          rootLong,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		Version:       version.String(),
@@ -48,6 +49,7 @@ func newRootCmd() *cobra.Command {
 	root.AddCommand(newPairCmd(), newJoinCmd())
 	root.AddCommand(newRelayCmd())
 	root.AddCommand(newDoctorCmd(), newDemoCmd())
+	setExamples(root)
 	return root
 }
 

@@ -26,8 +26,8 @@ func newSendCmd() *cobra.Command {
 		Use:   "send --as AGENT --to ADDR[,ADDR...] [--subject S] [--kind K] (-m BODY | --body-file F)",
 		Short: "Send a message and print its id",
 		Long: `Send a message from a local agent. Addresses: name@host (an agent of this or a paired host),
-a bare name (that agent here and on every paired host), role:ROLE, * (every agent here and on
-every paired host) and owner. The message id is printed once the message is durable: delivered
+a bare name (that agent here and on every paired host), role:ROLE, '*' (quoted, or the shell
+expands it: every agent here and on every paired host) and owner. The message id is printed once the message is durable: delivered
 to the local recipients and queued for each remote host.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
