@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.etcd.io/bbolt"
@@ -180,6 +181,9 @@ type relayRuntime struct {
 	changed chan struct{} // the pin changed or relay use stopped: the daemon restarts its loops
 	keep    chan struct{} // run the enrolment and publications now (peers changed, re-enrol)
 	keepMu  sync.Mutex    // one maintenance at a time
+	// enrolled counts the enrolments made (under keepMu): a forced re-enrolment asked for
+	// before one of them completed is already answered by it.
+	enrolled atomic.Uint64
 }
 
 func (r *relayRuntime) init() {

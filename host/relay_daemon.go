@@ -45,13 +45,20 @@ func (h *Host) runRelay(ctx context.Context, tick, wait time.Duration) {
 		lctx, cancel := context.WithCancel(ctx)
 		var wg sync.WaitGroup
 		wg.Add(2)
+		kept := make(chan struct{}) // the first enrolment and publication run is over
 		go func() {
 			defer wg.Done()
-			h.keepLoop(lctx)
+			h.keepLoop(lctx, kept)
 		}()
 		go func() {
 			defer wg.Done()
-			h.receiveLoop(lctx, l, tick, wait)
+			// The receiver starts after the first keep run: a pull before the enrolment would
+			// be refused and ask for a second one.
+			select {
+			case <-kept:
+				h.receiveLoop(lctx, l, tick, wait)
+			case <-lctx.Done():
+			}
 		}()
 		h.log.Info("relay in use", "relay", l.pin.URL, "fingerprint", l.pin.Fingerprint())
 		select {
@@ -64,12 +71,17 @@ func (h *Host) runRelay(ctx context.Context, tick, wait time.Duration) {
 }
 
 // keepLoop runs relayKeep at start, every relayKeepEvery and when asked, backing off after
-// failures.
-func (h *Host) keepLoop(ctx context.Context) {
+// failures. It closes kept when the first run is over (whatever its outcome).
+func (h *Host) keepLoop(ctx context.Context, kept chan<- struct{}) {
 	backoff := time.Duration(0)
 	for {
 		wait := relayKeepEvery
-		if err := h.relayKeep(ctx, false); err != nil && ctx.Err() == nil {
+		err := h.relayKeep(ctx, false)
+		if kept != nil {
+			close(kept)
+			kept = nil
+		}
+		if err != nil && ctx.Err() == nil {
 			backoff = min(max(2*backoff, 5*time.Second), relayKeepEvery)
 			wait = backoff
 			h.log.Warn("relay enrolment or publication failed", "retry_in", wait, "err", err)

@@ -27,11 +27,18 @@ import (
 const relayKeepEvery = time.Minute
 
 // relayKeep runs the enrolment and publications that are due; force enrols and republishes
-// everything (after the relay refused this host's hop). It returns the first failure; the others
-// are recorded too.
+// everything (after the relay refused this host's hop), unless an enrolment completed while this
+// run waited for the one before it: the refusal was of a request sent before that enrolment, and
+// the relay's info decides as in a normal run. So a start at which several loops find the host
+// unenrolled (the receiver's first pull, a push) enrols once. It returns the first failure; the
+// others are recorded too.
 func (h *Host) relayKeep(ctx context.Context, force bool) error {
+	seen := h.rl.enrolled.Load()
 	h.rl.keepMu.Lock()
 	defer h.rl.keepMu.Unlock()
+	if force && h.rl.enrolled.Load() != seen {
+		force = false
+	}
 	l, err := h.relayLink()
 	if err != nil {
 		return err
@@ -60,6 +67,7 @@ func (h *Host) relayKeep(ctx context.Context, force bool) error {
 		if err := l.c.Enrol(ctx, "", ""); err != nil {
 			return h.relayFailed(l, opEnrol, err)
 		}
+		h.rl.enrolled.Add(1)
 		h.relayProblem(l, opEnrol, nil)
 		// A pull refused before enrolment (401 not enrolled) is answered by this enrolment; a
 		// pull that still fails records its problem again, while the next one may be parked in

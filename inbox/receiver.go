@@ -329,7 +329,7 @@ func (r *Receiver) Run(ctx context.Context) error {
 			reenrolled = true
 			rerr := r.opt.Reenrol(ctx)
 			if rerr == nil {
-				r.log.Info("re-enrolled at the relay", "relay", r.relay)
+				r.log.Info("pull refused by the relay: enrolment renewed or found current, pulling again", "relay", r.relay)
 				continue
 			}
 			err = errors.Join(err, rerr)
