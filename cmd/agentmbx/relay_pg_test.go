@@ -28,6 +28,7 @@ import (
 	"github.com/agentmbx/agentmbx/api"
 	"github.com/agentmbx/agentmbx/mbx"
 	"github.com/agentmbx/agentmbx/relayserver"
+	"github.com/agentmbx/agentmbx/relayserver/pgstore"
 	"github.com/agentmbx/agentmbx/relayserver/pgstore/pgtest"
 )
 
@@ -312,5 +313,40 @@ func TestRelayServeDBNeedsKeyAndOneStore(t *testing.T) {
 	_, _, err := runRelay(t, "serve", "--db", "postgres://relay:s3cret@127.0.0.1:1/y", "--listen", "127.0.0.1:0")
 	if !errors.Is(err, relayserver.ErrBadKey) || strings.Contains(err.Error(), "s3cret") {
 		t.Fatalf("serve --db without %s = %v, want ErrBadKey without the password", relayserver.EnvRelayKey, err)
+	}
+}
+
+func TestRelayRotateEpochDB(t *testing.T) {
+	t.Setenv(relayserver.EnvRelayDB, "")
+	db := pgtest.Start(t).NewDatabase(t)
+	st, err := pgstore.Open(context.Background(), db, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	before, _ := st.Meta(context.Background())
+	out, _, err := runRelay(t, "rotate-epoch", "--db", db)
+	if err != nil || !strings.HasPrefix(out, "new epoch ") {
+		t.Fatalf("rotate-epoch --db = %q, %v", out, err)
+	}
+	after, _ := st.Meta(context.Background())
+	if after.Epoch == before.Epoch || !strings.Contains(out, after.Epoch) {
+		t.Fatalf("epoch %s → %s, command printed %q", before.Epoch, after.Epoch, out)
+	}
+	// While a replica serves (holds the serving lock), the rotation is refused and changes nothing.
+	woke := make(chan string, 8)
+	cancel := st.Subscribe(func(k string) {
+		select {
+		case woke <- k:
+		default:
+		}
+	})
+	defer cancel()
+	<-woke // listening, lock held
+	if _, _, err := runRelay(t, "rotate-epoch", "--db", db); !errors.Is(err, relayserver.ErrLocked) {
+		t.Fatalf("rotate-epoch --db while serving = %v, want ErrLocked", err)
+	}
+	if m, _ := st.Meta(context.Background()); m.Epoch != after.Epoch {
+		t.Fatalf("a refused rotation changed the epoch")
 	}
 }

@@ -19,6 +19,7 @@ const EnvBenchDeep = "MBX_PG_BENCH_DEEP"
 // fsync floor; synchronous_commit = on).
 func BenchmarkCommitSmall(b *testing.B) {
 	s, _ := openT(b, nil)
+	b.ResetTimer()
 	for n := range b.N {
 		if err := s.Heartbeat(ctx, storetest.T0.Add(time.Duration(n+1)*time.Millisecond)); err != nil {
 			b.Fatal(err)

@@ -1,6 +1,7 @@
 package pgstore
 
 import (
+	"context"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -33,16 +34,11 @@ func pushUnit(s relayserver.Store, it relayserver.Item) (int64, error) {
 	return seq, err
 }
 
-// TestOrderingInvariantAcrossReplicas: many pushers on three store instances (three relay
-// replicas) push to one target as fast as they can while a puller on all three pulls after what
-// it acked and acks each page at once. A seq that committed after a higher one was pulled would
-// end below the ack point: deleted by a later ack, or never shown. Every accepted item must reach
-// the puller exactly once, with the seq its push was told, in increasing seq order.
-func TestOrderingInvariantAcrossReplicas(t *testing.T) {
-	const replicas, pushers, perPusher = 3, 24, 60 // 1,440 items
+// replicaStores opens n store instances on one new database, as n relay replicas would.
+func replicaStores(t *testing.T, n int) []*Store {
 	first, url := openT(t, nil)
 	stores := []*Store{first}
-	for range replicas - 1 {
+	for range n - 1 {
 		s, err := Open(ctx, url, nil)
 		if err != nil {
 			t.Fatal(err)
@@ -50,32 +46,40 @@ func TestOrderingInvariantAcrossReplicas(t *testing.T) {
 		t.Cleanup(func() { s.Close() })
 		stores = append(stores, s)
 	}
+	return stores
+}
+
+// orderStress has pushers on the stores push perPusher items each to one target as fast as they
+// can while one puller, going round the stores, pulls after what it acked and acks each page at
+// once. It returns the problems the puller saw: accepted items it never got (a seq that
+// committed after a higher one was pulled ends below the ack point), items seen twice or at
+// another seq than their push was told, and seqs out of order.
+func orderStress(t *testing.T, stores []relayserver.Store, pushers, perPusher int) (problems []string, pulled int) {
 	tgt := storetest.Key(1)
-	if err := first.Update(ctx, func(tx relayserver.Tx) error {
+	if err := stores[0].Update(ctx, func(tx relayserver.Tx) error {
 		return tx.PutEnrolment(relayserver.Enrolment{HostPubkey: tgt, HostName: "target", AuthorizedBy: "host-key",
 			EnrolledAt: storetest.T0})
 	}); err != nil {
 		t.Fatal(err)
 	}
-
 	var (
 		mu       sync.Mutex
 		accepted = map[string]int64{} // item id → seq told to the pusher
 		wg       sync.WaitGroup
 		pushing  atomic.Int64
 	)
-	pushing.Store(pushers)
+	pushing.Store(int64(pushers))
 	for p := range pushers {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			defer pushing.Add(-1)
-			s := stores[p%replicas]
+			s := stores[p%len(stores)]
 			sender := storetest.Key(100 + p)
 			for i := range perPusher {
 				id := fmt.Sprintf("p%d-%d", p, i)
-				at := storetest.T0.UnixMilli() + int64(i) // clocks of replicas disagree a little
-				seq, err := pushUnit(s, storetest.NewItem(tgt, sender, id, id, at-int64(p%3)))
+				at := storetest.T0.UnixMilli() + int64(i) - int64(p%3) // replicas' clocks disagree a little
+				seq, err := pushUnit(s, storetest.NewItem(tgt, sender, id, id, at))
 				if err != nil {
 					t.Errorf("push %s: %v", id, err)
 					return
@@ -90,75 +94,139 @@ func TestOrderingInvariantAcrossReplicas(t *testing.T) {
 	received := map[string]int64{}
 	var order []int64
 	var acked int64
-	pull := func(s *Store) (int, error) {
+	pull := func(s relayserver.Store) int {
 		p, err := s.Pull(ctx, tgt, acked, 100, 1<<20)
-		if err != nil || len(p.Items) == 0 {
-			return 0, err
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(p.Items) == 0 {
+			return 0
 		}
 		for _, it := range p.Items {
 			if _, dup := received[it.ItemID]; dup {
-				return 0, fmt.Errorf("item %s delivered twice", it.ItemID)
-			}
-			if it.Seq <= acked {
-				return 0, fmt.Errorf("item %s at seq %d, at or below the ack point %d", it.ItemID, it.Seq, acked)
+				problems = append(problems, fmt.Sprintf("item %s delivered twice", it.ItemID))
 			}
 			received[it.ItemID] = it.Seq
 			order = append(order, it.Seq)
 		}
 		last := p.Items[len(p.Items)-1].Seq
-		err = stores[len(order)%replicas].Update(ctx, func(tx relayserver.Tx) error {
+		if err := stores[len(order)%len(stores)].Update(ctx, func(tx relayserver.Tx) error {
 			_, err := tx.Ack(tgt, last)
 			return err
-		})
-		acked = last
-		return len(p.Items), err
-	}
-	deadline := time.Now().Add(5 * time.Minute)
-	for n := 0; ; n++ {
-		got, err := pull(stores[n%replicas])
-		if err != nil {
+		}); err != nil {
 			t.Fatal(err)
 		}
-		if got == 0 && pushing.Load() == 0 {
-			break
-		}
+		acked = last
+		return len(p.Items)
+	}
+	deadline := time.Now().Add(5 * time.Minute)
+	for n := 0; pull(stores[n%len(stores)]) > 0 || pushing.Load() > 0; n++ {
 		if time.Now().After(deadline) {
 			t.Fatalf("still pulling after 5 minutes: %d received", len(received))
 		}
 	}
 	wg.Wait()
-	if _, err := pull(first); err != nil { // whatever the last pushes committed
-		t.Fatal(err)
-	}
-
+	pull(stores[0]) // whatever the last pushes committed
 	if len(accepted) != pushers*perPusher {
 		t.Fatalf("%d pushes accepted, want %d", len(accepted), pushers*perPusher)
 	}
-	var lost []string
 	for id, seq := range accepted {
 		got, ok := received[id]
 		switch {
 		case !ok:
-			lost = append(lost, id)
+			problems = append(problems, fmt.Sprintf("accepted item %s (seq %d) never reached the puller", id, seq))
 		case got != seq:
-			t.Errorf("item %s pulled at seq %d, its push was told %d", id, got, seq)
+			problems = append(problems, fmt.Sprintf("item %s pulled at seq %d, its push was told %d", id, got, seq))
 		}
-	}
-	if len(lost) > 0 {
-		t.Fatalf("%d accepted items never reached the puller (a gap filled after the ack): %v", len(lost), lost[:min(len(lost), 10)])
 	}
 	for i := 1; i < len(order); i++ {
 		if order[i] <= order[i-1] {
-			t.Fatalf("seq %d pulled after %d", order[i], order[i-1])
+			problems = append(problems, fmt.Sprintf("seq %d pulled after %d", order[i], order[i-1]))
 		}
 	}
-	p, err := first.Pull(ctx, tgt, 0, 10, 1<<20)
-	if err != nil || len(p.Items) != 0 || p.HeadSeq != order[len(order)-1] || p.AckedThrough != p.HeadSeq {
-		t.Fatalf("final queue = %+v, %v; want empty, head %d acked", p, err, order[len(order)-1])
+	return problems, len(order)
+}
+
+// TestOrderingInvariantAcrossReplicas: 24 pushers on three store instances (three relay
+// replicas), one target, a puller acking each page at once: every accepted item reaches the
+// puller exactly once, with the seq its push was told, in increasing seq order, and the queue
+// ends empty.
+func TestOrderingInvariantAcrossReplicas(t *testing.T) {
+	stores := replicaStores(t, 3)
+	problems, pulled := orderStress(t, []relayserver.Store{stores[0], stores[1], stores[2]}, 24, 60) // 1,440 items
+	if len(problems) > 0 {
+		t.Fatalf("%d problems, first: %v", len(problems), problems[:min(len(problems), 10)])
+	}
+	p, err := stores[0].Pull(ctx, storetest.Key(1), 0, 10, 1<<20)
+	if err != nil || len(p.Items) != 0 || p.AckedThrough != p.HeadSeq {
+		t.Fatalf("final queue = %+v, %v; want empty and acked to its head", p, err)
 	}
 	var retries int64
 	for _, s := range stores {
 		retries += s.Stats().Retries
 	}
-	t.Logf("%d items through 3 replicas in seq order; %d units re-run after a lost lock", len(order), retries)
+	t.Logf("%d items through 3 replicas in seq order; %d units deferred or re-run", pulled, retries)
+}
+
+// TestOrderStressCatchesEarlySeqAllocation is the stress test's control: with the seq allocated
+// in a transaction of its own before the item's transaction commits (as a database sequence
+// would), a higher seq can be pulled and acked before a lower one commits, and the test must see
+// the lost item.
+func TestOrderStressCatchesEarlySeqAllocation(t *testing.T) {
+	for attempt := range 3 {
+		stores := replicaStores(t, 3)
+		broken := make([]relayserver.Store, len(stores))
+		for i, s := range stores {
+			broken[i] = earlySeqStore{s}
+		}
+		problems, _ := orderStress(t, broken, 24, 15)
+		if len(problems) > 0 {
+			t.Logf("attempt %d: the stress test saw %d problems with early allocation, e.g. %s", attempt, len(problems), problems[0])
+			return
+		}
+	}
+	t.Fatalf("three stress runs over a store that allocates seqs early found nothing: the test cannot see the bug it exists for")
+}
+
+// earlySeqStore is a deliberately broken store: InsertItem takes its seq from the counter in an
+// autonomous transaction, without the target's lock, and inserts the item later in the group.
+type earlySeqStore struct{ *Store }
+
+func (s earlySeqStore) Update(c context.Context, fn func(relayserver.Tx) error) error {
+	return s.Store.Update(c, func(x relayserver.Tx) error { return fn(earlySeqTx{x.(*tx), s.Store}) })
+}
+
+type earlySeqTx struct {
+	*tx
+	s *Store
+}
+
+func (t earlySeqTx) Unit(fn func(relayserver.Tx) error) error {
+	return t.tx.Unit(func(x relayserver.Tx) error { return fn(earlySeqTx{x.(*tx), t.s}) })
+}
+
+// Admission reads without the queue lock.
+func (t earlySeqTx) Admission(sender, itemID, target string) (relayserver.Admission, error) {
+	t.held[queueLock(target)] = t.depth // pretend it is held
+	return t.tx.Admission(sender, itemID, target)
+}
+
+func (t earlySeqTx) InsertItem(it relayserver.Item) (int64, error) {
+	var seq int64
+	err := t.s.pool.QueryRow(ctx, `INSERT INTO seqs(target_pubkey, next_seq) VALUES($1, GREATEST($2::bigint, 1) + 1)
+ON CONFLICT(target_pubkey) DO UPDATE SET next_seq = GREATEST(seqs.next_seq, $2::bigint, 1) + 1
+RETURNING next_seq - 1`, it.Target, ms(it.AcceptedAt)).Scan(&seq)
+	if err != nil {
+		return 0, err
+	}
+	_, err = t.q.Exec(t.ctx, `WITH d AS (
+	INSERT INTO dedup(sender_pubkey, item_id, target_pubkey, wire_hash, seq, accepted_at) VALUES($1, $2, $3, $4, $5, $6)
+), u AS (
+	INSERT INTO usage(target_pubkey, sender_pubkey, items, bytes) SELECT $3, k, 1, $7 FROM unnest(ARRAY['', $1]) AS k
+	ON CONFLICT(target_pubkey, sender_pubkey) DO UPDATE SET items = usage.items + 1, bytes = usage.bytes + excluded.bytes
+)
+INSERT INTO items(target_pubkey, seq, kind, item_id, sender_pubkey, wire_hash, bytes, accepted_at, expires_at, wire)
+VALUES($3, $5, $8, $2, $1, $4, $7, $6, $9, $10)`, it.Sender, it.ItemID, it.Target, it.WireHash, seq,
+		ms(it.AcceptedAt), int64(len(it.Wire)), string(it.Kind), ms(it.ExpiresAt), it.Wire)
+	return seq, err
 }
