@@ -25,10 +25,13 @@
 // many units it carries; Stats counts commits and units. Statements are prepared once, on the
 // writer's connection and on the read pool. Savepoint journals stay in memory (temp_store =
 // MEMORY): they only serve rollbacks inside the open transaction, never crash recovery, which the
-// WAL alone provides. Admitting and inserting one item for one target takes five statements:
-// Tx.Admission reads the dedup row, the target's enrolment, its allowlist and the quota counters
-// at once, and InsertItem writes the dedup row first (with its seq computed in the statement, so
-// a repeat fails before anything changed), then the seq, the item and both usage counters.
+// WAL alone provides. A writer unit runs without a savepoint of its own unless one of its group
+// failed after writing (the group is then rolled back and re-run with a savepoint per unit).
+// Admitting and inserting one item for one target takes two statements: Tx.Admission reads the
+// dedup row, the target's enrolment, its allowlist and the quota counters at once, and
+// InsertItem inserts the item with its seq computed in the statement; the items_queued trigger
+// writes its dedup row (a repeat fails the statement before anything changed), the seq counter
+// and both usage counters.
 //
 // # Expiry
 //
@@ -41,8 +44,10 @@
 // # Schema
 //
 // Tables: meta (epoch, relay_pubkey, schema_version, heartbeat), enrolments, sender_lists with
-// sender_list_members, enc_ads, items, dedup, seqs, acked, and usage (queue counters that make
-// quota checks O(1)). Open creates a new store with a random epoch, migrates an older schema in
+// sender_list_members, enc_ads, items, dedup, seqs, acked, usage (queue counters that make
+// quota checks O(1)), and keys. Items and dedup rows, the tables that grow with traffic, name
+// host keys by keys.id (a small integer, cached on both sides since a key row never changes) and
+// keep wire hashes as 32 raw bytes; items live in their primary key's b-tree (WITHOUT ROWID). Open creates a new store with a random epoch, migrates an older schema in
 // one transaction that keeps the epoch, and refuses a newer one with
 // relayserver.ErrSchemaTooNew.
 //

@@ -87,8 +87,15 @@ func (s *Store) Pull(ctx context.Context, target string, after int64, limit int,
 	if p.Head, err = getHead(ctx, conn, target); err != nil {
 		return p, fmt.Errorf("sqlitestore: pull: %w", err)
 	}
-	rows, err := conn.QueryContext(ctx, `SELECT seq, bytes FROM items WHERE target_pubkey = ? AND seq > ?
-ORDER BY seq LIMIT ?`, target, after, limit+1)
+	tid, err := s.rk.id(ctx, conn, target)
+	if err != nil {
+		return p, fmt.Errorf("sqlitestore: pull: %w", err)
+	}
+	if tid == 0 {
+		return p, nil // a key the store never queued for
+	}
+	rows, err := conn.QueryContext(ctx, `SELECT seq, bytes FROM items WHERE target = ? AND seq > ?
+ORDER BY seq LIMIT ?`, tid, after, limit+1)
 	if err != nil {
 		return p, fmt.Errorf("sqlitestore: pull: %w", err)
 	}
@@ -115,9 +122,9 @@ ORDER BY seq LIMIT ?`, target, after, limit+1)
 	if n == 0 {
 		return p, nil
 	}
-	rows, err = conn.QueryContext(ctx, `SELECT seq, kind, item_id, sender_pubkey, wire_hash, accepted_at,
-	expires_at, wire FROM items WHERE target_pubkey = ? AND seq > ? AND seq <= ? ORDER BY seq`,
-		target, after, last)
+	rows, err = conn.QueryContext(ctx, `SELECT seq, kind, item_id, sender, wire_hash, accepted_at,
+	expires_at, wire FROM items WHERE target = ? AND seq > ? AND seq <= ? ORDER BY seq`,
+		tid, after, last)
 	if err != nil {
 		return p, fmt.Errorf("sqlitestore: pull: %w", err)
 	}
@@ -126,8 +133,11 @@ ORDER BY seq LIMIT ?`, target, after, limit+1)
 	for rows.Next() {
 		it := relayserver.Item{Target: target}
 		var kind string
-		var acc, exp int64
-		if err := rows.Scan(&it.Seq, &kind, &it.ItemID, &it.Sender, &it.WireHash, &acc, &exp, &it.Wire); err != nil {
+		var sender, acc, exp int64
+		if err := rows.Scan(&it.Seq, &kind, &it.ItemID, &sender, hashCol{&it.WireHash}, &acc, &exp, &it.Wire); err != nil {
+			return p, fmt.Errorf("sqlitestore: pull: %w", err)
+		}
+		if it.Sender, err = s.rk.pub(ctx, conn, sender); err != nil {
 			return p, fmt.Errorf("sqlitestore: pull: %w", err)
 		}
 		it.Kind = relayserver.Kind(kind)

@@ -49,14 +49,24 @@ func (t *tx) Rotate(r relayserver.Rotation) (relayserver.RotateResult, error) {
 		return res, fmt.Errorf("rotate: %w", err)
 	}
 
+	oldID, err := t.keyID(r.OldPubkey, true)
+	if err != nil {
+		return res, fmt.Errorf("rotate: %w", err)
+	}
+	newID, err := t.keyID(r.NewPubkey, true)
+	if err != nil {
+		return res, fmt.Errorf("rotate: %w", err)
+	}
+
 	// Re-sequence the old queue after whatever the new key already has, in order.
 	type row struct {
-		seq            int64
-		sender, itemID string
-		accepted       int64
+		seq      int64
+		sender   int64
+		itemID   string
+		accepted int64
 	}
-	rows, err := t.q.QueryContext(bg, `SELECT seq, sender_pubkey, item_id, accepted_at FROM items
-WHERE target_pubkey = ? ORDER BY seq`, r.OldPubkey)
+	rows, err := t.q.QueryContext(bg, `SELECT seq, sender, item_id, accepted_at FROM items
+WHERE target = ? ORDER BY seq`, oldID)
 	if err != nil {
 		return res, fmt.Errorf("rotate: queue: %w", err)
 	}
@@ -74,30 +84,32 @@ WHERE target_pubkey = ? ORDER BY seq`, r.OldPubkey)
 		return res, fmt.Errorf("rotate: queue: %w", err)
 	}
 	for _, x := range queue {
-		if _, err := t.Dedup(x.sender, x.itemID, r.NewPubkey); err == nil {
+		var held int
+		if err := t.q.QueryRowContext(bg, `SELECT COUNT(*) FROM dedup
+WHERE sender = ? AND item_id = ? AND target = ?`, x.sender, x.itemID, newID).Scan(&held); err != nil {
+			return res, fmt.Errorf("rotate: %w", err)
+		}
+		if held > 0 {
 			// The new key already holds this item from this sender: the old copy is a repeat.
-			if _, err := t.q.ExecContext(bg, "DELETE FROM items WHERE target_pubkey = ? AND seq = ?",
-				r.OldPubkey, x.seq); err != nil {
+			if _, err := t.q.ExecContext(bg, "DELETE FROM items WHERE target = ? AND seq = ?",
+				oldID, x.seq); err != nil {
 				return res, fmt.Errorf("rotate: drop repeat: %w", err)
 			}
 			continue
-		} else if !errors.Is(err, relayserver.ErrNotFound) {
-			return res, fmt.Errorf("rotate: %w", err)
 		}
 		seq, err := t.allocSeq(r.NewPubkey, ms(r.At))
 		if err != nil {
 			return res, fmt.Errorf("rotate: seq: %w", err)
 		}
-		if _, err := t.q.ExecContext(bg, `UPDATE items SET target_pubkey = ?, seq = ?
-WHERE target_pubkey = ? AND seq = ?`, r.NewPubkey, seq, r.OldPubkey, x.seq); err != nil {
+		if _, err := t.q.ExecContext(bg, `UPDATE items SET target = ?, seq = ?
+WHERE target = ? AND seq = ?`, newID, seq, oldID, x.seq); err != nil {
 			return res, fmt.Errorf("rotate: move item: %w", err)
 		}
 		// The new key's dedup row names the new seq; the old key's row stays as it was.
-		if _, err := t.q.ExecContext(bg, `INSERT INTO dedup(sender_pubkey, item_id, target_pubkey,
-	wire_hash, seq, accepted_at)
-SELECT sender_pubkey, item_id, ?1, wire_hash, ?2, accepted_at FROM dedup
-WHERE sender_pubkey = ?3 AND item_id = ?4 AND target_pubkey = ?5`,
-			r.NewPubkey, seq, x.sender, x.itemID, r.OldPubkey); err != nil {
+		if _, err := t.q.ExecContext(bg, `INSERT INTO dedup(sender, item_id, target, wire_hash, seq, accepted_at)
+SELECT sender, item_id, ?1, wire_hash, ?2, accepted_at FROM dedup
+WHERE sender = ?3 AND item_id = ?4 AND target = ?5`,
+			newID, seq, x.sender, x.itemID, oldID); err != nil {
 			return res, fmt.Errorf("rotate: copy dedup: %w", err)
 		}
 		res.MovedItems++
@@ -124,24 +136,24 @@ WHERE sender_pubkey = ?3 AND item_id = ?4 AND target_pubkey = ?5`,
 	for _, q := range []string{
 		"DELETE FROM sender_lists WHERE target_pubkey = ?2",
 		"DELETE FROM sender_list_members WHERE target_pubkey = ?2",
-		`INSERT OR IGNORE INTO dedup(sender_pubkey, item_id, target_pubkey, wire_hash, seq, accepted_at)
-			SELECT sender_pubkey, item_id, ?1, wire_hash, seq, accepted_at FROM dedup WHERE target_pubkey = ?2`,
-		"UPDATE OR IGNORE dedup SET sender_pubkey = ?1 WHERE sender_pubkey = ?2",
-		"DELETE FROM dedup WHERE sender_pubkey = ?2",
+		`INSERT OR IGNORE INTO dedup(sender, item_id, target, wire_hash, seq, accepted_at)
+			SELECT sender, item_id, ?3, wire_hash, seq, accepted_at FROM dedup WHERE target = ?4`,
+		"UPDATE OR IGNORE dedup SET sender = ?3 WHERE sender = ?4",
+		"DELETE FROM dedup WHERE sender = ?4",
 		// Usage of both queues, recounted.
 		"DELETE FROM usage WHERE target_pubkey IN (?1, ?2)",
 		`INSERT INTO usage(target_pubkey, sender_pubkey, items, bytes)
-			SELECT target_pubkey, sender_pubkey, COUNT(*), SUM(bytes) FROM items
-			WHERE target_pubkey = ?1 GROUP BY 1, 2`,
+			SELECT ?1, k.pubkey, COUNT(*), SUM(i.bytes) FROM items i JOIN keys k ON k.id = i.sender
+			WHERE i.target = ?3 GROUP BY k.pubkey`,
 		`INSERT INTO usage(target_pubkey, sender_pubkey, items, bytes)
-			SELECT target_pubkey, '', COUNT(*), SUM(bytes) FROM items WHERE target_pubkey = ?1 GROUP BY 1`,
+			SELECT ?1, '', COUNT(*), SUM(bytes) FROM items WHERE target = ?3 HAVING COUNT(*) > 0`,
 		// Other targets that accepted the old key accept the new one.
 		"UPDATE OR IGNORE sender_list_members SET sender_pubkey = ?1 WHERE sender_pubkey = ?2",
 		"DELETE FROM sender_list_members WHERE sender_pubkey = ?2",
 		// The old key's enc ad names a key that no longer speaks for the host.
 		"DELETE FROM enc_ads WHERE host_pubkey = ?2",
 	} {
-		if _, err := t.q.ExecContext(bg, q, r.NewPubkey, r.OldPubkey); err != nil {
+		if _, err := t.q.ExecContext(bg, q, r.NewPubkey, r.OldPubkey, newID, oldID); err != nil {
 			return res, fmt.Errorf("rotate: %w", err)
 		}
 	}

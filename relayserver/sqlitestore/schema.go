@@ -2,7 +2,7 @@ package sqlitestore
 
 // SchemaVersion is the schema this binary writes. Open refuses a store with a higher version and
 // migrates a lower one, in one transaction that keeps the epoch.
-const SchemaVersion = 2
+const SchemaVersion = 3
 
 // migrations[i] takes a store from schema version i to i+1. A new store runs all of them.
 var migrations = []string{
@@ -112,5 +112,79 @@ CREATE INDEX items_expires ON items(expires_at);
 CREATE INDEX dedup_target_seq ON dedup(target_pubkey, seq);
 CREATE INDEX dedup_accepted ON dedup(accepted_at);
 CREATE INDEX sender_list_members_sender ON sender_list_members(sender_pubkey);
+`,
+	// 2 → 3: the per-item tables name host keys by a small integer (keys.id) instead of 44
+	// characters of base64 each, store wire hashes as 32 raw bytes instead of 64 hex digits, and
+	// keep items in their primary key's b-tree (WITHOUT ROWID) instead of a table plus an index:
+	// about half the bytes per stored item. A trigger on items writes the dedup row, the seq
+	// counter and the usage counters, so queueing an item is one statement.
+	`
+CREATE TABLE keys(
+	id     INTEGER PRIMARY KEY,
+	pubkey TEXT NOT NULL UNIQUE
+);
+INSERT OR IGNORE INTO keys(pubkey)
+	SELECT target_pubkey FROM items UNION SELECT sender_pubkey FROM items
+	UNION SELECT target_pubkey FROM dedup UNION SELECT sender_pubkey FROM dedup;
+
+-- wire_hash holds 32 raw bytes (a hash that is not 64 lowercase hex digits stays text).
+CREATE TABLE items_v3(
+	target      INTEGER NOT NULL, -- keys.id
+	seq         INTEGER NOT NULL,
+	kind        TEXT NOT NULL,
+	item_id     TEXT NOT NULL,
+	sender      INTEGER NOT NULL, -- keys.id
+	wire_hash   BLOB NOT NULL,
+	bytes       INTEGER NOT NULL,
+	accepted_at INTEGER NOT NULL,
+	expires_at  INTEGER NOT NULL,
+	wire        BLOB NOT NULL,
+	PRIMARY KEY(target, seq)
+) WITHOUT ROWID;
+INSERT INTO items_v3(target, seq, kind, item_id, sender, wire_hash, bytes, accepted_at, expires_at, wire)
+	SELECT t.id, i.seq, i.kind, i.item_id, s.id,
+		CASE WHEN length(i.wire_hash) = 64 AND i.wire_hash NOT GLOB '*[^0-9a-f]*'
+			THEN unhex(i.wire_hash) ELSE i.wire_hash END,
+		i.bytes, i.accepted_at, i.expires_at, i.wire
+	FROM items i JOIN keys t ON t.pubkey = i.target_pubkey JOIN keys s ON s.pubkey = i.sender_pubkey;
+DROP TABLE items;
+ALTER TABLE items_v3 RENAME TO items;
+CREATE INDEX items_expires ON items(expires_at);
+
+CREATE TABLE dedup_v3(
+	sender      INTEGER NOT NULL, -- keys.id
+	item_id     TEXT NOT NULL,
+	target      INTEGER NOT NULL, -- keys.id
+	wire_hash   BLOB NOT NULL,
+	seq         INTEGER NOT NULL,
+	accepted_at INTEGER NOT NULL,
+	PRIMARY KEY(sender, item_id, target)
+) WITHOUT ROWID;
+INSERT INTO dedup_v3(sender, item_id, target, wire_hash, seq, accepted_at)
+	SELECT s.id, d.item_id, t.id,
+		CASE WHEN length(d.wire_hash) = 64 AND d.wire_hash NOT GLOB '*[^0-9a-f]*'
+			THEN unhex(d.wire_hash) ELSE d.wire_hash END,
+		d.seq, d.accepted_at
+	FROM dedup d JOIN keys t ON t.pubkey = d.target_pubkey JOIN keys s ON s.pubkey = d.sender_pubkey;
+DROP TABLE dedup;
+ALTER TABLE dedup_v3 RENAME TO dedup;
+CREATE INDEX dedup_target_seq ON dedup(target, seq);
+CREATE INDEX dedup_accepted ON dedup(accepted_at);
+
+-- Queueing an item (InsertItem) also writes its dedup row (a repeat of (sender, item id,
+-- target) fails the whole statement, so nothing changes), advances the target's seq counter
+-- and counts the item in the usage counters. Rotation moves items with UPDATE and recounts.
+CREATE TRIGGER items_queued AFTER INSERT ON items BEGIN
+	INSERT INTO dedup(sender, item_id, target, wire_hash, seq, accepted_at)
+		VALUES(NEW.sender, NEW.item_id, NEW.target, NEW.wire_hash, NEW.seq, NEW.accepted_at);
+	INSERT INTO seqs(target_pubkey, next_seq) SELECT pubkey, NEW.seq + 1 FROM keys WHERE id = NEW.target
+		ON CONFLICT(target_pubkey) DO UPDATE SET next_seq = excluded.next_seq;
+	INSERT INTO usage(target_pubkey, sender_pubkey, items, bytes)
+		SELECT pubkey, '', 1, NEW.bytes FROM keys WHERE id = NEW.target
+		ON CONFLICT(target_pubkey, sender_pubkey) DO UPDATE SET items = items + 1, bytes = bytes + excluded.bytes;
+	INSERT INTO usage(target_pubkey, sender_pubkey, items, bytes)
+		SELECT t.pubkey, s.pubkey, 1, NEW.bytes FROM keys t, keys s WHERE t.id = NEW.target AND s.id = NEW.sender
+		ON CONFLICT(target_pubkey, sender_pubkey) DO UPDATE SET items = items + 1, bytes = bytes + excluded.bytes;
+END;
 `,
 }

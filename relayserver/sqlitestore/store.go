@@ -47,6 +47,7 @@ type Store struct {
 	dir    string
 	db     *sql.DB
 	rq     *readStmts
+	rk     *readKeys
 	lock   *os.File
 	log    *slog.Logger
 	rand   io.Reader
@@ -107,6 +108,7 @@ func Open(ctx context.Context, dir string, opts *Options) (*Store, error) {
 		return nil, fmt.Errorf("sqlitestore: open %s: %w", dir, err)
 	}
 	s.rq = &readStmts{db: s.db, m: map[string]*sql.Stmt{}}
+	s.rk = newReadKeys()
 	s.db.SetMaxOpenConns(o.Readers + 1)
 	s.db.SetMaxIdleConns(o.Readers + 1)
 	s.db.SetConnMaxIdleTime(0)

@@ -21,6 +21,9 @@ type tx struct {
 	broken error
 	// savepoints: the writer's top-level units run in savepoints too (see writer.group).
 	savepoints bool
+	// keys caches committed key ids; fresh names the keys this transaction added (keyID).
+	keys  *writerKeys
+	fresh map[string]bool
 }
 
 var bg = context.Background()
@@ -277,15 +280,23 @@ SELECT CASE WHEN NOT EXISTS(SELECT 1 FROM sender_lists WHERE target_pubkey = ?1)
 // Admission implements relayserver.Tx in one statement.
 func (t *tx) Admission(sender, itemID, target string) (relayserver.Admission, error) {
 	a := relayserver.Admission{Dedup: relayserver.Dedup{Sender: sender, ItemID: itemID, Target: target}}
+	sid, err := t.keyID(sender, false)
+	if err != nil {
+		return a, fmt.Errorf("admission: %w", err)
+	}
+	tid, err := t.keyID(target, false)
+	if err != nil {
+		return a, fmt.Errorf("admission: %w", err)
+	}
 	var (
-		hash                           sql.NullString
+		hashS                          string
 		seq, at                        sql.NullInt64
 		pub, name, owner, account, org sql.NullString
 		authBy                         sql.NullString
 		rank, enrolled, revoked        sql.NullInt64
 		allowed                        int
 	)
-	err := t.q.QueryRowContext(bg, `SELECT d.wire_hash, d.seq, d.accepted_at,
+	err = t.q.QueryRowContext(bg, `SELECT d.wire_hash, d.seq, d.accepted_at,
 	e.host_pubkey, e.host_name, e.owner_fp, e.account, e.org, e.authorized_by, e.authority_rank,
 	e.enrolled_at, e.revoked_at,
 	CASE WHEN NOT EXISTS(SELECT 1 FROM sender_lists WHERE target_pubkey = ?3) THEN 1
@@ -299,19 +310,19 @@ func (t *tx) Admission(sender, itemID, target string) (relayserver.Admission, er
 		JOIN usage u ON u.target_pubkey = x.host_pubkey AND u.sender_pubkey = ''
 		WHERE x.account = e.account AND x.revoked_at IS NULL) END
 FROM (SELECT 1) one
-LEFT JOIN dedup d ON d.sender_pubkey = ?1 AND d.item_id = ?2 AND d.target_pubkey = ?3
+LEFT JOIN dedup d ON d.sender = ?4 AND d.item_id = ?2 AND d.target = ?5
 LEFT JOIN enrolments e ON e.host_pubkey = ?3
 LEFT JOIN usage ut ON ut.target_pubkey = ?3 AND ut.sender_pubkey = ''
-LEFT JOIN usage us ON us.target_pubkey = ?3 AND us.sender_pubkey = ?1`, sender, itemID, target).Scan(
-		&hash, &seq, &at, &pub, &name, &owner, &account, &org, &authBy, &rank, &enrolled, &revoked,
+LEFT JOIN usage us ON us.target_pubkey = ?3 AND us.sender_pubkey = ?1`, sender, itemID, target, sid, tid).Scan(
+		hashCol{&hashS}, &seq, &at, &pub, &name, &owner, &account, &org, &authBy, &rank, &enrolled, &revoked,
 		&allowed, &a.Usage.Target.Items, &a.Usage.Target.Bytes, &a.Usage.Sender.Items, &a.Usage.Sender.Bytes,
 		&a.Account.Items, &a.Account.Bytes)
 	if err != nil {
 		return a, fmt.Errorf("admission: %w", err)
 	}
-	if hash.Valid {
+	if seq.Valid {
 		a.Duplicate = true
-		a.Dedup.WireHash, a.Dedup.Seq, a.Dedup.AcceptedAt = hash.String, seq.Int64, fromMS(at.Int64)
+		a.Dedup.WireHash, a.Dedup.Seq, a.Dedup.AcceptedAt = hashS, seq.Int64, fromMS(at.Int64)
 	}
 	if pub.Valid {
 		a.Enrolled = true
@@ -325,10 +336,18 @@ LEFT JOIN usage us ON us.target_pubkey = ?3 AND us.sender_pubkey = ?1`, sender, 
 
 func (t *tx) Dedup(sender, itemID, target string) (relayserver.Dedup, error) {
 	d := relayserver.Dedup{Sender: sender, ItemID: itemID, Target: target}
+	sid, err := t.keyID(sender, false)
+	if err != nil {
+		return d, fmt.Errorf("dedup: %w", err)
+	}
+	tid, err := t.keyID(target, false)
+	if err != nil {
+		return d, fmt.Errorf("dedup: %w", err)
+	}
 	var at int64
-	err := t.q.QueryRowContext(bg, `SELECT wire_hash, seq, accepted_at FROM dedup
-WHERE sender_pubkey = ? AND item_id = ? AND target_pubkey = ?`, sender, itemID, target).
-		Scan(&d.WireHash, &d.Seq, &at)
+	err = t.q.QueryRowContext(bg, `SELECT wire_hash, seq, accepted_at FROM dedup
+WHERE sender = ? AND item_id = ? AND target = ?`, sid, itemID, tid).
+		Scan(hashCol{&d.WireHash}, &d.Seq, &at)
 	if errors.Is(err, sql.ErrNoRows) {
 		return d, relayserver.ErrNotFound
 	}
@@ -390,35 +409,30 @@ ON CONFLICT(target_pubkey) DO UPDATE SET next_seq = excluded.next_seq`, target, 
 	return seq, nil
 }
 
-// InsertItem implements relayserver.Tx in four statements. The dedup row goes first, with the
-// seq computed in the same statement: an existing (sender, item id, target) fails it before
-// anything has changed.
+// InsertItem implements relayserver.Tx in one statement: the items_queued trigger writes the
+// dedup row (a repeat fails the statement before anything has changed), the seq counter and the
+// usage counters.
 func (t *tx) InsertItem(it relayserver.Item) (int64, error) {
-	at := ms(it.AcceptedAt)
+	tid, err := t.keyID(it.Target, true)
+	if err != nil {
+		return 0, fmt.Errorf("insert item: %w", err)
+	}
+	sid, err := t.keyID(it.Sender, true)
+	if err != nil {
+		return 0, fmt.Errorf("insert item: %w", err)
+	}
 	var seq int64
-	err := t.q.QueryRowContext(bg, `INSERT INTO dedup(sender_pubkey, item_id, target_pubkey, wire_hash,
-	seq, accepted_at)
-VALUES(?1, ?2, ?3, ?4, max(COALESCE((SELECT next_seq FROM seqs WHERE target_pubkey = ?3), 0), ?5, 1), ?5)
-RETURNING seq`, it.Sender, it.ItemID, it.Target, it.WireHash, at).Scan(&seq)
+	err = t.q.QueryRowContext(bg, `INSERT INTO items(target, seq, kind, item_id, sender, wire_hash,
+	bytes, accepted_at, expires_at, wire)
+VALUES(?1, max(COALESCE((SELECT next_seq FROM seqs WHERE target_pubkey = ?11), 0), ?8, 1), ?3, ?4, ?5,
+	?6, ?7, ?8, ?9, ?10)
+RETURNING seq`, tid, nil, string(it.Kind), it.ItemID, sid, packHash(it.WireHash), int64(len(it.Wire)),
+		ms(it.AcceptedAt), ms(it.ExpiresAt), it.Wire, it.Target).Scan(&seq)
 	if isUnique(err) {
 		return 0, fmt.Errorf("insert item %s: %w", it.ItemID, relayserver.ErrDuplicate)
 	}
 	if err != nil {
-		return 0, fmt.Errorf("insert item: dedup: %w", err)
-	}
-	if _, err := t.q.ExecContext(bg, `INSERT INTO seqs(target_pubkey, next_seq) VALUES(?, ?)
-ON CONFLICT(target_pubkey) DO UPDATE SET next_seq = excluded.next_seq`, it.Target, seq+1); err != nil {
-		return 0, fmt.Errorf("insert item: seq: %w", err)
-	}
-	n := int64(len(it.Wire))
-	if _, err := t.q.ExecContext(bg, `INSERT INTO items(target_pubkey, seq, kind, item_id,
-	sender_pubkey, wire_hash, bytes, accepted_at, expires_at, wire) VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
-		it.Target, seq, string(it.Kind), it.ItemID, it.Sender, it.WireHash, n, at, ms(it.ExpiresAt),
-		it.Wire); err != nil {
 		return 0, fmt.Errorf("insert item: %w", err)
-	}
-	if err := t.addUsage(it.Target, it.Sender, 1, n); err != nil {
-		return 0, fmt.Errorf("insert item: usage: %w", err)
 	}
 	return seq, nil
 }
@@ -450,8 +464,12 @@ func (t *tx) Ack(target string, through int64) (relayserver.AckResult, error) {
 		sender       string
 		items, bytes int64
 	}
-	rows, err := t.q.QueryContext(bg, `SELECT sender_pubkey, COUNT(*), SUM(bytes) FROM items
-WHERE target_pubkey = ? AND seq <= ? GROUP BY sender_pubkey`, target, through)
+	tid, err := t.keyID(target, false)
+	if err != nil {
+		return res, fmt.Errorf("ack: %w", err)
+	}
+	rows, err := t.q.QueryContext(bg, `SELECT k.pubkey, COUNT(*), SUM(i.bytes) FROM items i
+JOIN keys k ON k.id = i.sender WHERE i.target = ? AND i.seq <= ? GROUP BY k.pubkey`, tid, through)
 	if err != nil {
 		return res, fmt.Errorf("ack: %w", err)
 	}
@@ -468,7 +486,7 @@ WHERE target_pubkey = ? AND seq <= ? GROUP BY sender_pubkey`, target, through)
 	if err := rows.Err(); err != nil {
 		return res, fmt.Errorf("ack: %w", err)
 	}
-	r, err := t.q.ExecContext(bg, "DELETE FROM items WHERE target_pubkey = ? AND seq <= ?", target, through)
+	r, err := t.q.ExecContext(bg, "DELETE FROM items WHERE target = ? AND seq <= ?", tid, through)
 	if err != nil {
 		return res, fmt.Errorf("ack: delete: %w", err)
 	}
@@ -494,9 +512,10 @@ ON CONFLICT(target_pubkey) DO UPDATE SET acked_through = excluded.acked_through`
 }
 
 func (t *tx) ExpiredItems(now time.Time, limit int) ([]relayserver.Item, error) {
-	rows, err := t.q.QueryContext(bg, `SELECT target_pubkey, seq, kind, item_id, sender_pubkey,
-	wire_hash, accepted_at, expires_at FROM items WHERE expires_at <= ? ORDER BY expires_at LIMIT ?`,
-		ms(now), limit)
+	rows, err := t.q.QueryContext(bg, `SELECT kt.pubkey, i.seq, i.kind, i.item_id, ks.pubkey,
+	i.wire_hash, i.accepted_at, i.expires_at FROM items i
+JOIN keys kt ON kt.id = i.target JOIN keys ks ON ks.id = i.sender
+WHERE i.expires_at <= ? ORDER BY i.expires_at LIMIT ?`, ms(now), limit)
 	if err != nil {
 		return nil, fmt.Errorf("expired items: %w", err)
 	}
@@ -506,7 +525,7 @@ func (t *tx) ExpiredItems(now time.Time, limit int) ([]relayserver.Item, error) 
 		var it relayserver.Item
 		var kind string
 		var at, exp int64
-		if err := rows.Scan(&it.Target, &it.Seq, &kind, &it.ItemID, &it.Sender, &it.WireHash,
+		if err := rows.Scan(&it.Target, &it.Seq, &kind, &it.ItemID, &it.Sender, hashCol{&it.WireHash},
 			&at, &exp); err != nil {
 			return nil, fmt.Errorf("expired items: %w", err)
 		}
@@ -520,10 +539,14 @@ func (t *tx) ExpiredItems(now time.Time, limit int) ([]relayserver.Item, error) 
 }
 
 func (t *tx) DeleteItem(target string, seq int64) (int64, error) {
+	tid, err := t.keyID(target, false)
+	if err != nil {
+		return 0, fmt.Errorf("delete item: %w", err)
+	}
 	var sender string
 	var n int64
-	err := t.q.QueryRowContext(bg, `DELETE FROM items WHERE target_pubkey = ? AND seq = ?
-RETURNING sender_pubkey, bytes`, target, seq).Scan(&sender, &n)
+	err = t.q.QueryRowContext(bg, `DELETE FROM items WHERE target = ? AND seq = ?
+RETURNING (SELECT pubkey FROM keys WHERE id = sender), bytes`, tid, seq).Scan(&sender, &n)
 	if errors.Is(err, sql.ErrNoRows) {
 		return 0, nil
 	}
@@ -541,9 +564,9 @@ RETURNING sender_pubkey, bytes`, target, seq).Scan(&sender, &n)
 }
 
 func (t *tx) PruneDedup(acceptedBefore time.Time, limit int) (int64, error) {
-	r, err := t.q.ExecContext(bg, `DELETE FROM dedup WHERE (sender_pubkey, item_id, target_pubkey) IN (SELECT d.sender_pubkey, d.item_id, d.target_pubkey
+	r, err := t.q.ExecContext(bg, `DELETE FROM dedup WHERE (sender, item_id, target) IN (SELECT d.sender, d.item_id, d.target
 		FROM dedup d WHERE d.accepted_at <= ?1 AND NOT EXISTS(SELECT 1 FROM items i
-			WHERE i.target_pubkey = d.target_pubkey AND i.seq = d.seq)
+			WHERE i.target = d.target AND i.seq = d.seq)
 		ORDER BY d.accepted_at LIMIT ?2)`, ms(acceptedBefore), limit)
 	if err != nil {
 		return 0, fmt.Errorf("prune dedup: %w", err)

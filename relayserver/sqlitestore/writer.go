@@ -49,6 +49,8 @@ type writer struct {
 
 	commits, units atomic.Int64 // committed transactions and the units they carried
 
+	keys writerKeys // committed key ids (keyID)
+
 	// report, when set (ReportCommits), is told each commit's units and duration.
 	report atomic.Pointer[func(units int, took time.Duration)]
 }
@@ -58,6 +60,7 @@ func newWriter(conn *sql.Conn, maxGroup int) *writer {
 		conn:     conn,
 		q:        &stmtCache{conn: conn, stmts: map[string]cachedStmt{}},
 		maxGroup: maxGroup,
+		keys:     writerKeys{ids: map[string]int64{}},
 		reqs:     make(chan *writeReq, 4096),
 		quit:     make(chan struct{}),
 		stopped:  make(chan struct{}),
@@ -220,7 +223,7 @@ func (w *writer) begin(savepoints bool) (*tx, error) {
 	if _, err := w.q.ExecContext(bg, "BEGIN IMMEDIATE"); err != nil {
 		return nil, fmt.Errorf("begin: %v: %w", err, relayserver.ErrCommit)
 	}
-	return &tx{q: w.q, savepoints: savepoints}, nil
+	return &tx{q: w.q, savepoints: savepoints, keys: &w.keys}, nil
 }
 
 // finish fails every unit of a group whose transaction did not commit.
