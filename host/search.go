@@ -184,7 +184,8 @@ func visibleTx(tx *bbolt.Tx, agent, id string) bool {
 	return agent == "" || tx.Bucket(bucketIdxAgent).Get(key2(agent, id)) != nil
 }
 
-// validRef is a message or thread id as a request may name it: not empty, short, no NUL.
+// validRef is a message or thread id as a request may name it: not empty, at most 1 KiB (a
+// thread id is at most 300 UTF-16 units), no NUL.
 func validRef(id string) bool {
-	return id != "" && len(id) <= 128 && !strings.ContainsRune(id, 0)
+	return id != "" && len(id) <= 1024 && !strings.ContainsRune(id, 0)
 }

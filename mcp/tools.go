@@ -210,7 +210,7 @@ func (t *tools) register(s *sdk.Server) {
 	sdk.AddTool(s, &sdk.Tool{Name: "mbx_thread", Description: "The messages of a message's thread that are your mail (received and sent), oldest first, whole.",
 		Annotations: ann("Thread", true, true, false),
 		InputSchema: schema[threadIn](func(p map[string]*jsonschema.Schema) {
-			p["id"].MinLength, p["id"].MaxLength = ptr(1), ptr(128)
+			p["id"].MinLength, p["id"].MaxLength = ptr(1), ptr(300)
 		})}, t.thread)
 	sdk.AddTool(s, &sdk.Tool{Name: "mbx_search", Description: "Find your messages (received and sent) whose subject or body holds every word of the query, newest first.",
 		Annotations: ann("Search", true, true, false),
