@@ -99,9 +99,9 @@ func checkClock(p relayclient.Probe, r *Report) {
 	}
 }
 
-// checkRelayState: enrolment under the current relay key and epoch (the enrolment cache the
-// daemon keeps, spec G13), the enc-key ad, the sender allowlist, and the last failures. served is
-// the epoch the relay serves now ("" when unknown).
+// checkRelayState: enrolment under the current relay key and epoch (the enrolment cache the daemon
+// keeps; docs/design.md: Enrolment and publications), the enc-key ad, the sender allowlist, and the
+// last failures. served is the epoch the relay serves now ("" when unknown).
 func checkRelayState(env Env, rs api.RelayStatus, served string, r *Report) {
 	daemonFix := ""
 	if !env.Daemon {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/agentmbx/agentmbx/api"
 	"github.com/agentmbx/agentmbx/internal/fsutil"
+	"github.com/agentmbx/agentmbx/internal/logkey"
 )
 
 // DefaultTick is the daemon's tick: an outbox pass and a sweep at least this often.
@@ -127,7 +128,7 @@ func RunDaemon(ctx context.Context, dir string, opts DaemonOptions) (err error) 
 		h.runOutbox(loopCtx, tick)
 		wg.Wait()
 	}()
-	h.log.Info("daemon running", "host", h.name, "fingerprint", h.key.Fingerprint(), "lan", bound, "socket", sockPath)
+	h.log.Info("daemon running", logkey.Host, h.name, logkey.Fingerprint, h.key.Fingerprint(), logkey.LAN, bound, logkey.Socket, sockPath)
 	if opts.Ready != nil {
 		opts.Ready(h)
 	}

@@ -3,9 +3,11 @@ package host
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -221,5 +223,43 @@ func TestWait(t *testing.T) {
 	}
 	if _, err := a.Read(ctx, api.ReadRequest{ID: "01KKNTQ2CN9WJ3MR4Q1P12F02T", Agent: "ann"}); !errors.Is(err, ErrNotFound) {
 		t.Fatalf("Read of an unknown message = %v, want ErrNotFound", err)
+	}
+}
+
+// TestInitRaceKeepsOneIdentity: of several inits racing on one home, exactly one creates the
+// identity; the others are refused (it exists, or the store is locked) and replace nothing.
+func TestInitRaceKeepsOneIdentity(t *testing.T) {
+	for round := range 5 {
+		dir := filepath.Join(t.TempDir(), "home")
+		const n = 6
+		errs := make(chan error, n)
+		var wg sync.WaitGroup
+		for i := range n {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				errs <- Init(dir, InitOptions{Host: fmt.Sprintf("h%d", i)})
+			}()
+		}
+		wg.Wait()
+		close(errs)
+		ok := 0
+		for err := range errs {
+			switch {
+			case err == nil:
+				ok++
+			case errors.Is(err, ErrExists), errors.Is(err, ErrLocked):
+			default:
+				t.Fatalf("round %d: Init: %v", round, err)
+			}
+		}
+		if ok != 1 {
+			t.Fatalf("round %d: %d inits succeeded, want exactly 1", round, ok)
+		}
+		h, err := Open(dir, nil)
+		if err != nil {
+			t.Fatalf("round %d: Open: %v", round, err)
+		}
+		h.Close()
 	}
 }

@@ -197,10 +197,6 @@ func (h *Host) EncKey() mbx.EncKey { return h.enc }
 // Dir is the host home.
 func (h *Host) Dir() string { return h.dir }
 
-// DB is the host's store, for packages that keep their buckets in the same file (the relay
-// inbox, quarantine). Compose with the host's own writes through its exported *Tx functions.
-func (h *Host) DB() *bbolt.DB { return h.db }
-
 // OutboxStore is the host's outbox store.
 func (h *Host) OutboxStore() *outbox.Store { return h.ob }
 

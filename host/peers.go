@@ -9,6 +9,7 @@ import (
 	"go.etcd.io/bbolt"
 
 	"github.com/agentmbx/agentmbx/api"
+	"github.com/agentmbx/agentmbx/internal/logkey"
 	"github.com/agentmbx/agentmbx/mbx"
 )
 
@@ -138,7 +139,7 @@ func (h *Host) PinPeer(p PeerRecord) error {
 	if err != nil {
 		return fmt.Errorf("host: pin peer %s: %w", p.Host, err)
 	}
-	h.log.Info("peer pinned", "peer", p.Host, "fingerprint", mbx.Fingerprint(p.HostPubkey), "addr", p.Addr)
+	h.log.Info("peer pinned", logkey.Peer, p.Host, logkey.Fingerprint, mbx.Fingerprint(p.HostPubkey), logkey.Addr, p.Addr)
 	poke(h.rl.keep) // the relay's sender allowlist names the peers
 	if released > 0 {
 		h.Wake()
@@ -277,7 +278,7 @@ func (h *Host) RemovePeer(ctx context.Context, host string) error {
 	if err != nil {
 		return fmt.Errorf("host: remove peer: %w", err)
 	}
-	h.log.Info("peer removed", "peer", host)
+	h.log.Info("peer removed", logkey.Peer, host)
 	poke(h.rl.keep) // the relay's sender allowlist names the peers
 	return nil
 }

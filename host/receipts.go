@@ -10,11 +10,12 @@ import (
 
 	"go.etcd.io/bbolt"
 
+	"github.com/agentmbx/agentmbx/internal/logkey"
 	"github.com/agentmbx/agentmbx/mbx"
 	"github.com/agentmbx/agentmbx/outbox"
 )
 
-// Delivery receipts (T218), both ways.
+// Delivery receipts, both ways.
 //
 // As a recipient: every state change of a copy of mail from another host (delivered, notified,
 // read, acked) is signed here and queued as an outbox row of kind receipt for the sending host,
@@ -170,7 +171,7 @@ func (h *Host) AcceptReceiptTx(tx *bbolt.Tx, item []byte, hop string) (itemID st
 			return itemID, "", err
 		}
 	} else if from != outbox.StateDone && from != outbox.StatePending && from != outbox.StateRelayAccepted {
-		h.log.Info("late delivery receipt settled an ended row", "msg", s.Rec.Msg, "peer", host, "was", from.String())
+		h.log.Info("late delivery receipt settled an ended row", logkey.Msg, s.Rec.Msg, logkey.Peer, host, logkey.Was, from.String())
 	}
 	if err := tx.Bucket(bucketMeta).Put(heardKey(host), []byte(mbx.ISOTime(h.clock()))); err != nil {
 		return itemID, "", err

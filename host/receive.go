@@ -9,6 +9,7 @@ import (
 
 	"go.etcd.io/bbolt"
 
+	"github.com/agentmbx/agentmbx/internal/logkey"
 	"github.com/agentmbx/agentmbx/mbx"
 )
 
@@ -147,7 +148,7 @@ func (h *Host) CommitEnvelopeTx(tx *bbolt.Tx, in *Incoming) (string, error) {
 	if err := tx.Bucket(bucketSeenAt).Put(timeKey(now, id), nil); err != nil {
 		return "", err
 	}
-	h.log.Debug("envelope received", "msg", id, "peer", in.Peer.Host, "local", len(agents))
+	h.log.Debug("envelope received", logkey.Msg, id, logkey.Peer, in.Peer.Host, logkey.Local, len(agents))
 	return mbx.StatusAccepted, nil
 }
 

@@ -16,12 +16,15 @@ import (
 
 	"github.com/agentmbx/agentmbx/api"
 	"github.com/agentmbx/agentmbx/inbox"
+	"github.com/agentmbx/agentmbx/internal/logkey"
 	"github.com/agentmbx/agentmbx/mbx"
 	"github.com/agentmbx/agentmbx/quarantine"
 	"github.com/agentmbx/agentmbx/relayclient"
 )
 
-// The relay: the second transport, for peers the LAN does not reach (spec §1, §3, §4, §8–§10).
+// The relay: the second transport, for peers the LAN does not reach (docs/design.md: Relay identity
+// and pinning, Push and acceptance, Receive checkpoint and ack, Enrolment and publications,
+// Delivery receipts, Choosing a transport).
 //
 // The owner pins one relay (RelaySet: its URL and its relay key). Everything this host learns
 // about it lives in one record (bucket "relay", key "state"), reset when the pin changes: the
@@ -31,7 +34,7 @@ import (
 // key with RelaySet.
 //
 // relay_send.go is the sending side (transport selection and push), relay_recv.go the receiving
-// side (the inbox.Handler, quarantine release), relay_keep.go enrolment and publications, and
+// side (the inbox.Handler, quarantine release), relay_enrol.go enrolment and publications, and
 // relay_daemon.go the daemon's loops.
 
 var (
@@ -71,8 +74,8 @@ type relayState struct {
 	Problems map[string]api.RelayProblem `json:"problems,omitempty"`
 }
 
-// relayEnrolment is the enrolment cache (spec §8): valid only for the relay, relay key, epoch and
-// host key it names, never a permanent flag.
+// relayEnrolment is the enrolment cache (docs/design.md: Enrolment and publications): valid only
+// for the relay, relay key, epoch and host key it names, never a permanent flag.
 type relayEnrolment struct {
 	URL      string `json:"url"`
 	RelayKey string `json:"relay_pubkey"`
@@ -279,7 +282,7 @@ func (h *Host) relayKeyChanged(l *relayLink, kc *relayclient.KeyChangedError) {
 		return nil
 	})
 	if err != nil {
-		h.log.Error("recording a relay key change", "relay", l.pin.URL, "err", err)
+		h.log.Error("recording a relay key change", logkey.Relay, l.pin.URL, logkey.Err, err)
 	}
 	if ran {
 		h.log.Error("relay key changed: relay use stopped until the owner confirms the new key with `agentmbx relay set`",
@@ -314,7 +317,7 @@ func (h *Host) relayProblem(l *relayLink, op string, err error) {
 		return nil
 	})
 	if werr != nil {
-		h.log.Error("recording a relay problem", "op", op, "err", werr)
+		h.log.Error("recording a relay problem", logkey.Op, op, logkey.Err, werr)
 		return
 	}
 	h.rl.mu.Lock()
@@ -328,11 +331,11 @@ func (h *Host) relayProblem(l *relayLink, op string, err error) {
 	h.rl.mu.Unlock()
 }
 
-// relayEpochSeen takes note of the epoch a relay answer carried. A change from a known epoch
-// means the relay's store may have lost what it accepted (a restore, a reset): every
-// relay-accepted row at this relay is flagged for a re-push, the receive position goes back to 0
-// in the new epoch, and the enrolment is redone (spec §5, §8). It reports whether the epoch
-// changed.
+// relayEpochSeen takes note of the epoch a relay answer carried. A change from a known epoch means
+// the relay's store may have lost what it accepted (a restore, a reset): every relay-accepted row
+// at this relay is flagged for a re-push, the receive position goes back to 0 in the new epoch, and
+// the enrolment is redone (docs/design.md: Epochs, restarts and restores, Enrolment and
+// publications). It reports whether the epoch changed.
 func (h *Host) relayEpochSeen(l *relayLink, epoch string) bool {
 	if epoch == "" || len(epoch) > inbox.MaxEpochLen {
 		return false
@@ -373,7 +376,7 @@ func (h *Host) relayEpochSeen(l *relayLink, epoch string) bool {
 		return nil
 	})
 	if err != nil {
-		h.log.Error("recording the relay epoch", "relay", l.pin.URL, "err", err)
+		h.log.Error("recording the relay epoch", logkey.Relay, l.pin.URL, logkey.Err, err)
 		return false
 	}
 	h.rl.mu.Lock()
@@ -467,7 +470,7 @@ func (h *Host) RelaySet(ctx context.Context, req api.RelaySetRequest) (api.Relay
 	h.dropLink()
 	poke(h.rl.keep)
 	h.kickOutbox()
-	h.log.Info("relay pinned", "relay", pin.URL, "fingerprint", pin.Fingerprint(), "tofu", fp == "", "replaced", replaced)
+	h.log.Info("relay pinned", logkey.Relay, pin.URL, logkey.Fingerprint, pin.Fingerprint(), logkey.TOFU, fp == "", logkey.Replaced, replaced)
 	st, err := h.RelayStatus(ctx)
 	st.Replaced = replaced
 	return st, err

@@ -18,10 +18,11 @@ import (
 	"github.com/agentmbx/agentmbx/outbox"
 )
 
-// SIGKILL crash drills of the relay paths (spec §5 "Crash windows"). The relay runs in this test
-// process (relayserver over sqlitestore); the host under test runs as a child — this test binary
-// re-run as TestRelayCrashChildProcess — doing one outbox pass or one receive, with MBX_FAILPOINT
-// killing it at a named point. The parent then reopens the host's store and checks what survived.
+// SIGKILL crash drills of the relay paths (docs/design.md: Crash windows). The relay runs in this
+// test process (relayserver over sqlitestore); the host under test runs as a child — this test
+// binary re-run as TestRelayCrashChildProcess — doing one outbox pass or one receive, with
+// MBX_FAILPOINT killing it at a named point. The parent then reopens the host's store and checks
+// what survived.
 
 const (
 	relayCrashChildEnv = "HOST_RELAY_CRASH_CHILD" // the child's action: pass or pull

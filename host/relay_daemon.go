@@ -9,6 +9,7 @@ import (
 	"go.etcd.io/bbolt"
 
 	"github.com/agentmbx/agentmbx/inbox"
+	"github.com/agentmbx/agentmbx/internal/logkey"
 	"github.com/agentmbx/agentmbx/relayclient"
 )
 
@@ -32,7 +33,7 @@ func (h *Host) runRelay(ctx context.Context, tick, wait time.Duration) {
 		l, err := h.relayLink()
 		if err != nil {
 			if !errors.Is(err, ErrNoRelay) && !errors.Is(err, ErrRelayStopped) {
-				h.log.Error("relay", "err", err)
+				h.log.Error("relay", logkey.Err, err)
 			}
 			select {
 			case <-ctx.Done():
@@ -60,7 +61,7 @@ func (h *Host) runRelay(ctx context.Context, tick, wait time.Duration) {
 			case <-lctx.Done():
 			}
 		}()
-		h.log.Info("relay in use", "relay", l.pin.URL, "fingerprint", l.pin.Fingerprint())
+		h.log.Info("relay in use", logkey.Relay, l.pin.URL, logkey.Fingerprint, l.pin.Fingerprint())
 		select {
 		case <-ctx.Done():
 		case <-h.rl.changed:
@@ -84,7 +85,7 @@ func (h *Host) keepLoop(ctx context.Context, kept chan<- struct{}) {
 		if err != nil && ctx.Err() == nil {
 			backoff = min(max(2*backoff, 5*time.Second), relayKeepEvery)
 			wait = backoff
-			h.log.Warn("relay enrolment or publication failed", "retry_in", wait, "err", err)
+			h.log.Warn("relay enrolment or publication failed", logkey.RetryIn, wait, logkey.Err, err)
 			// The failure itself may have asked for a run (a refused hop): the backoff comes
 			// first, and the next run picks up whatever else changed meanwhile.
 			select {
@@ -107,7 +108,7 @@ func (h *Host) keepLoop(ctx context.Context, kept chan<- struct{}) {
 func (h *Host) receiveLoop(ctx context.Context, l *relayLink, tick, wait time.Duration) {
 	r, err := h.relayReceiver(l, inbox.ReceiverOptions{Idle: tick, Wait: wait, MaxBackoff: time.Minute})
 	if err != nil {
-		h.log.Error("relay receiver", "err", err)
+		h.log.Error("relay receiver", logkey.Err, err)
 		return
 	}
 	err = r.Run(ctx)
@@ -142,7 +143,7 @@ func (h *Host) releaseAtStart() {
 		return nil
 	})
 	if err != nil {
-		h.log.Error("releasing quarantined relay items", "err", err)
+		h.log.Error("releasing quarantined relay items", logkey.Err, err)
 	}
 	if released > 0 {
 		h.Wake()

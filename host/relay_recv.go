@@ -10,13 +10,15 @@ import (
 
 	"github.com/agentmbx/agentmbx/inbox"
 	"github.com/agentmbx/agentmbx/internal/failpoint"
+	"github.com/agentmbx/agentmbx/internal/logkey"
 	"github.com/agentmbx/agentmbx/mbx"
 	"github.com/agentmbx/agentmbx/outbox"
 	"github.com/agentmbx/agentmbx/quarantine"
 	"github.com/agentmbx/agentmbx/relayclient"
 )
 
-// Receiving from the relay (spec §4, §6, §9).
+// Receiving from the relay (docs/design.md: Receive checkpoint and ack, Retention and expiry,
+// Delivery receipts).
 //
 // An inbox.Receiver pulls the pinned relay's pages and hands each item, in seq order, to a
 // relayHandler inside the transaction that also moves the receive checkpoint. The handler is this
@@ -196,7 +198,7 @@ func (rh relayHandler) HandleExpired(tx *bbolt.Tx, it inbox.Item) (inbox.Verdict
 		}
 		return inbox.Accepted(), nil
 	}
-	h.log.Info("relay expiry notice for no outbox row here", "item", n.ItemID, "target", mbx.Fingerprint(n.TargetPubkey))
+	h.log.Info("relay expiry notice for no outbox row here", logkey.Item, n.ItemID, logkey.Target, mbx.Fingerprint(n.TargetPubkey))
 	return inbox.Duplicate(), nil
 }
 
@@ -292,7 +294,7 @@ func (h *Host) releaseQuarantineTx(tx *bbolt.Tx, key string) (int, error) {
 		}
 	}
 	if n > 0 {
-		h.log.Info("quarantined relay items released after pairing", "sender", mbx.Fingerprint(key), "accepted", n, "held", len(es)-n)
+		h.log.Info("quarantined relay items released after pairing", logkey.Sender, mbx.Fingerprint(key), logkey.Accepted, n, logkey.Held, len(es)-n)
 	}
 	return n, nil
 }
@@ -341,10 +343,10 @@ func (h *Host) relayReset(l *relayLink, p inbox.Position) {
 		return err
 	})
 	if err != nil {
-		h.log.Error("flagging relay-accepted rows for a re-push", "relay", l.pin.URL, "err", err)
+		h.log.Error("flagging relay-accepted rows for a re-push", logkey.Relay, l.pin.URL, logkey.Err, err)
 		return
 	}
-	h.log.Warn("relay receive position reset: pulling again from 0", "relay", l.pin.URL, "reason", why.String(), "epoch", p.Epoch, "repush", n)
+	h.log.Warn("relay receive position reset: pulling again from 0", logkey.Relay, l.pin.URL, logkey.Reason, why.String(), logkey.Epoch, p.Epoch, logkey.Repush, n)
 	if n > 0 {
 		h.kickOutbox()
 	}

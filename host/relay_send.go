@@ -8,12 +8,14 @@ import (
 	"time"
 
 	"github.com/agentmbx/agentmbx/internal/failpoint"
+	"github.com/agentmbx/agentmbx/internal/logkey"
 	"github.com/agentmbx/agentmbx/mbx"
 	"github.com/agentmbx/agentmbx/outbox"
 	"github.com/agentmbx/agentmbx/relayclient"
 )
 
-// Sending through the relay (spec §3 sender side, §9, §10).
+// Sending through the relay (docs/design.md: Push and acceptance, Delivery receipts, Choosing a
+// transport).
 //
 // Transport selection, per row (transportFor): a relay-accepted row (flagged for a re-push after
 // an epoch change) goes to the relay only, never the LAN. A pending row goes to the LAN unless a
@@ -193,7 +195,7 @@ func (t *relayTransport) push(ctx context.Context, rows []outbox.Row, lim mbx.Li
 			}
 			out[i] = outbox.Outcome{Kind: outbox.OutcomeFailed, Err: fmt.Errorf("relay answered %s for %s without a valid accept statement: %s",
 				tr.Verdict, r.ItemID, why)}
-			h.log.Warn("relay push not accepted", "row", r.Key().String(), "verdict", tr.Verdict.String(), "err", why)
+			h.log.Warn("relay push not accepted", logkey.Row, r.Key().String(), logkey.Verdict, tr.Verdict.String(), logkey.Err, why)
 		}
 	}
 	for e := range epochs {

@@ -10,6 +10,7 @@ import (
 	"go.etcd.io/bbolt"
 
 	"github.com/agentmbx/agentmbx/api"
+	"github.com/agentmbx/agentmbx/internal/logkey"
 	"github.com/agentmbx/agentmbx/mbx"
 	"github.com/agentmbx/agentmbx/outbox"
 )
@@ -259,7 +260,7 @@ func (h *Host) Send(ctx context.Context, req api.SendRequest) (api.SendResult, e
 	for _, a := range rt.local {
 		res.Local = append(res.Local, a+"@"+h.name)
 	}
-	h.log.Debug("message sent", "msg", env.ID, "from", req.From, "local", len(rt.local), "hosts", len(rt.hosts))
+	h.log.Debug("message sent", logkey.Msg, env.ID, logkey.From, req.From, logkey.Local, len(rt.local), logkey.Hosts, len(rt.hosts))
 	return res, nil
 }
 

@@ -9,8 +9,26 @@ import (
 	"go.etcd.io/bbolt"
 )
 
-// Top-level buckets of state.db (besides the outbox package's own "outbox" bucket). The layout
-// is described in doc.go.
+// The layout of state.db: one bbolt file, these top-level buckets (k1 ‖ 0x00 ‖ k2 keys; names and
+// ids hold no NUL):
+//
+//	meta      "host", "listen", "created", "schema" (be64), "heard:<host>" (a receipt came from host)
+//	peers     host → PeerRecord JSON (host key, enc key, addr, retired keys)
+//	agents    name → {name, role, added_at}
+//	messages  msg id → the plaintext message (mail received, sent here, and alerts)
+//	mbox      agent ‖ msg id → {state, at, note, seq, origin}: one local recipient's copy
+//	unread    agent ‖ msg id → "": the copies not yet read (delivered, notified)
+//	sent      msg id → where a message sent here went: local agents, hosts, name@host per host
+//	rstate    msg id ‖ recipient → the last accepted delivery receipt {host, state, seq, at, note}
+//	seen      msg id → {host, at}: received ids, for dedup (kept SeenRetention, 60 days)
+//	seen_at   be64(at) ‖ msg id → "": the prune index of seen
+//	idx_*, fresh  the mail indexes (indexBuckets, schema 2): written with each message, built
+//	          when a schema 1 store is opened
+//	relay     "state" → the pinned relay and what this host knows of it (relayState)
+//
+// and the buckets of the packages that share the file: outbox (rows, wire bytes and their
+// indexes), quarantine (relay items this host refused) and inbox (relay-positions: the receive
+// checkpoint per relay).
 var (
 	bucketMeta     = []byte("meta")
 	bucketPeers    = []byte("peers")
@@ -32,7 +50,7 @@ var (
 	metaSchema  = []byte("schema")
 )
 
-// schemaVersion is the layout in doc.go. Open refuses a store with a higher one, and builds the
+// schemaVersion is the layout above. Open refuses a store with a higher one, and builds the
 // mail indexes of a store of version 1 (index.go).
 const schemaVersion = 2
 

@@ -1,7 +1,8 @@
-// Package inbox is the receiving side of a relay (spec §4, §5): it takes pulled pages, hands their
-// items to the host strictly in seq order, quarantines what the host rejects, and keeps the
-// receive checkpoint — per relay, (epoch, received_through) — so that a crash, a repeated page or
-// a relay restore never loses or duplicates an item.
+// Package inbox is the receiving side of a relay (docs/design.md: Receive checkpoint and ack,
+// Epochs, restarts and restores): it takes pulled pages, hands their items to the host strictly in
+// seq order, quarantines what the host rejects, and keeps the receive checkpoint — per relay,
+// (epoch, received_through) — so that a crash, a repeated page or a relay restore never loses or
+// duplicates an item.
 //
 // # The checkpoint
 //

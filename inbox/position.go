@@ -10,6 +10,7 @@ import (
 
 	"go.etcd.io/bbolt"
 
+	"github.com/agentmbx/agentmbx/internal/logkey"
 	"github.com/agentmbx/agentmbx/quarantine"
 )
 
@@ -31,7 +32,8 @@ const (
 // ResetReason says why a receive position went back to 0. The zero value means no reset.
 type ResetReason uint8
 
-// Reasons of a reset (spec §4, §5, §2 rotation).
+// Reasons of a reset (docs/design.md: Receive checkpoint and ack, Epochs, restarts and restores,
+// Host key rotation).
 const (
 	// ResetEpochChanged: the relay answered another epoch (a restore, an explicit reset).
 	ResetEpochChanged ResetReason = iota + 1
@@ -242,7 +244,7 @@ func (s *Store) logReset(p Position) {
 	if p.LastReset == nil {
 		return
 	}
-	s.logger.Warn("relay receive position reset", "relay", p.Relay, "reason", p.LastReset.Reason.String(),
+	s.logger.Warn("relay receive position reset", logkey.Relay, p.Relay, logkey.Reason, p.LastReset.Reason.String(),
 		"from_epoch", p.LastReset.FromEpoch, "from_through", p.LastReset.FromThrough, "epoch", p.Epoch)
 }
 
@@ -336,7 +338,7 @@ func (t *Tx) put(p Position) error {
 // Reset moves relay's position to (epoch, 0) because of why, so the next pull starts from the
 // beginning of that epoch. epoch "" keeps the current epoch. Resetting a position that already is
 // (epoch, 0) changes nothing and reports changed = false. Callers that see a reset with changed =
-// true also re-push their relay-accepted rows (spec §5).
+// true also re-push their relay-accepted rows (docs/design.md: Epochs, restarts and restores).
 func (t *Tx) Reset(relay, epoch string, why ResetReason) (p Position, changed bool, err error) {
 	if err := checkRelay(relay); err != nil {
 		return Position{}, false, fmt.Errorf("inbox: reset: %w", err)

@@ -8,6 +8,7 @@ import (
 
 	"go.etcd.io/bbolt"
 
+	"github.com/agentmbx/agentmbx/internal/logkey"
 	"github.com/agentmbx/agentmbx/mbx"
 	"github.com/agentmbx/agentmbx/quarantine"
 )
@@ -87,7 +88,8 @@ type Result struct {
 	// Position is the committed position after the call.
 	Position Position
 	// Reset is non-zero when the call reset the position (epoch change or rewind). The caller
-	// re-pulls from 0 and, as a sender, re-pushes its relay-accepted rows (spec §5).
+	// re-pulls from 0 and, as a sender, re-pushes its relay-accepted rows (docs/design.md: Epochs,
+	// restarts and restores).
 	Reset ResetReason
 	// Accepted, Duplicates and Quarantined count the items done by this call; Skipped those at
 	// or below the position (a repeated page).
@@ -177,7 +179,7 @@ func (s *Store) ProcessPage(ctx context.Context, relay string, after int64, page
 			s.logReset(res.Position)
 		}
 		if res.Quarantined > 0 {
-			s.logger.Warn("relay items quarantined", "relay", relay, "epoch", page.Epoch, "count", res.Quarantined)
+			s.logger.Warn("relay items quarantined", logkey.Relay, relay, logkey.Epoch, page.Epoch, logkey.Count, res.Quarantined)
 		}
 		return res, firstErr
 	}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/agentmbx/agentmbx/internal/failpoint"
+	"github.com/agentmbx/agentmbx/internal/logkey"
 	"github.com/agentmbx/agentmbx/mbx"
 )
 
@@ -101,14 +102,16 @@ type ReceiverOptions struct {
 	// Idle is the pause after a pull that brought nothing new, when not long-polling (default
 	// DefaultIdle). Kick ends it early.
 	Idle time.Duration
-	// MinBackoff and MaxBackoff bound the pause after a failed step, doubling from the first to
-	// the second (defaults DefaultMinBackoff, DefaultMaxBackoff). A relay's Retry-After is honoured.
+	// MinBackoff and MaxBackoff bound the pause after a failed step, doubling from the first to the
+	// second (defaults DefaultMinBackoff, DefaultMaxBackoff). A relay's Retry-After is honoured.
 	MinBackoff, MaxBackoff time.Duration
 	// OnReset is called after a committed reset of the position (epoch change, rewind, BAD_ACK),
-	// with the new position: the host re-pushes its relay-accepted rows for this relay (spec §5).
+	// with the new position: the host re-pushes its relay-accepted rows for this relay
+	// (docs/design.md: Epochs, restarts and restores).
 	OnReset func(ctx context.Context, p Position)
-	// Reenrol is called when the relay does not accept this host's hop (ErrNotEnrolled): the host enrols again and republishes its enc-key ad and sender list
-	// (spec §8). The next step follows at once when it succeeds. nil: back off like any error.
+	// Reenrol is called when the relay does not accept this host's hop (ErrNotEnrolled): the host
+	// enrols again and republishes its enc-key ad and sender list (docs/design.md: Enrolment and
+	// publications). The next step follows at once when it succeeds. nil: back off like any error.
 	Reenrol func(ctx context.Context) error
 	// Clock and Sleep are injected for tests (defaults: time.Now, and a timer that Kick and ctx
 	// end early).
@@ -273,7 +276,7 @@ func (r *Receiver) ack(ctx context.Context, st *StepResult, p Position) error {
 		return err
 	default:
 		st.AckErr = fmt.Errorf("inbox: ack %s through %d: %w", r.relay, p.ReceivedThrough, err)
-		r.log.Warn("relay ack failed; the next pull repeats", "relay", r.relay, "through", p.ReceivedThrough, "err", err)
+		r.log.Warn("relay ack failed; the next pull repeats", logkey.Relay, r.relay, logkey.Through, p.ReceivedThrough, logkey.Err, err)
 		return nil
 	}
 }
@@ -329,7 +332,7 @@ func (r *Receiver) Run(ctx context.Context) error {
 			reenrolled = true
 			rerr := r.opt.Reenrol(ctx)
 			if rerr == nil {
-				r.log.Info("pull refused by the relay: enrolment renewed or found current, pulling again", "relay", r.relay)
+				r.log.Info("pull refused by the relay: enrolment renewed or found current, pulling again", logkey.Relay, r.relay)
 				continue
 			}
 			err = errors.Join(err, rerr)
@@ -341,7 +344,7 @@ func (r *Receiver) Run(ctx context.Context) error {
 			if errors.As(err, &re) && re.RetryAfter > pause {
 				pause = re.RetryAfter
 			}
-			r.log.Warn("relay receive step failed", "relay", r.relay, "retry_in", pause, "err", err)
+			r.log.Warn("relay receive step failed", logkey.Relay, r.relay, logkey.RetryIn, pause, logkey.Err, err)
 		}
 		if pause > 0 {
 			if err := r.opt.Sleep(ctx, pause); err != nil {

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/agentmbx/agentmbx/internal/logkey"
 	"github.com/agentmbx/agentmbx/mbx"
 	"github.com/agentmbx/agentmbx/outbox"
 )
@@ -97,7 +98,7 @@ func (s *Server) authHop(w http.ResponseWriter, r *http.Request) (outbox.Peer, [
 	}
 	peer, ok, err := s.h.Peer(name)
 	if err != nil {
-		s.opt.Logger.Error("LAN request: peer lookup", "err", err)
+		s.opt.Logger.Error("LAN request: peer lookup", logkey.Err, err)
 		lanError(w, http.StatusInternalServerError, "store error")
 		return outbox.Peer{}, nil, false
 	}
@@ -116,7 +117,7 @@ func (s *Server) authHop(w http.ResponseWriter, r *http.Request) (outbox.Peer, [
 		return outbox.Peer{}, nil, false
 	}
 	if err := mbx.VerifyLANHop(peer.HostPubkey, r.Header, r.Method, r.URL.EscapedPath(), body, s.opt.Clock()); err != nil {
-		s.opt.Logger.Warn("LAN request refused", "peer", name, "path", r.URL.Path, "err", err)
+		s.opt.Logger.Warn("LAN request refused", logkey.Peer, name, logkey.Path, r.URL.Path, logkey.Err, err)
 		lanError(w, http.StatusUnauthorized, "bad hop: "+err.Error())
 		return outbox.Peer{}, nil, false
 	}
@@ -148,7 +149,7 @@ func (s *Server) handleEnvelopes(w http.ResponseWriter, r *http.Request) {
 			lanError(w, http.StatusUnauthorized, "host not paired")
 			return
 		}
-		s.opt.Logger.Error("storing received envelopes", "peer", peer.Host, "err", err)
+		s.opt.Logger.Error("storing received envelopes", logkey.Peer, peer.Host, logkey.Err, err)
 		lanError(w, http.StatusInternalServerError, "store error")
 		return
 	}
@@ -194,7 +195,7 @@ func (s *Server) handleReceipts(w http.ResponseWriter, r *http.Request) {
 			lanError(w, http.StatusUnauthorized, "host not paired")
 			return
 		}
-		s.opt.Logger.Error("storing received receipts", "peer", peer.Host, "err", err)
+		s.opt.Logger.Error("storing received receipts", logkey.Peer, peer.Host, logkey.Err, err)
 		lanError(w, http.StatusInternalServerError, "store error")
 		return
 	}
@@ -210,7 +211,7 @@ func (s *Server) handleEncKey(w http.ResponseWriter, _ *http.Request) {
 			return
 		}
 	}
-	s.opt.Logger.Error("signing enc-key ad", "err", err)
+	s.opt.Logger.Error("signing enc-key ad", logkey.Err, err)
 	lanError(w, http.StatusInternalServerError, "signing failed")
 }
 

@@ -11,7 +11,7 @@ import (
 // Item kinds on the relay.
 const (
 	ItemKindEnvelope = "envelope" // a sealed envelope v3; wire = the sender's exact JSON bytes
-	ItemKindReceipt  = "receipt"  // a T218 delivery receipt; wire = canonical({rec, sig})
+	ItemKindReceipt  = "receipt"  // a delivery receipt; wire = canonical({rec, sig})
 	ItemKindExpired  = "expired"  // a relay expiry notice for a sender; wire = canonical({notice, sig})
 )
 

@@ -35,7 +35,7 @@ var (
 	ErrBadPairing = errors.New("bad pairing input")
 )
 
-// Delivery receipts (T218). The verdicts of acceptReceipt that are not refusals (duplicate, stale)
+// Delivery receipts. The verdicts of acceptReceipt that are not refusals (duplicate, stale)
 // are ReceiptVerdict values, not errors.
 var (
 	// ErrReceiptInvalid is returned for a record that fails the strict schema (unknown or missing
@@ -100,7 +100,7 @@ var (
 	ErrEncAdV1Signature = newReason(ErrBadEncAd, "bad enc-key signature")
 )
 
-// Host key rotations (T030).
+// Host key rotations.
 var (
 	// ErrRotationMalformed is returned for a record of the wrong shape.
 	ErrRotationMalformed = newReason(ErrBadRotation, "not a rotation record")

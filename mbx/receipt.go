@@ -79,7 +79,7 @@ var (
 	recISORE = regexp.MustCompile(`^(?:(?:\d\d[2468][048]|\d\d[13579][26]|\d\d0[48]|[02468][048]00|[13579][26]00)-02-29|\d{4}-(?:(?:0[13578]|1[02])-(?:0[1-9]|[12]\d|3[01])|(?:0[469]|11)-(?:0[1-9]|[12]\d|30)|(?:02)-(?:0[1-9]|1\d|2[0-8])))T(?:[01]\d|2[0-3]):[0-5]\d(?::[0-5]\d(?:\.\d+)?)?Z$`)
 )
 
-// ReceiptRecord is a T218 delivery receipt: the recipient's host says how far message Msg got
+// ReceiptRecord is a delivery receipt: the recipient's host says how far message Msg got
 // with Recipient ("name@host"). Seq orders receipts of the same state. Note and Did are nil when
 // absent (an empty string present on the wire is kept: the signature covers it).
 type ReceiptRecord struct {

@@ -6,7 +6,7 @@ import (
 	"time"
 )
 
-// RotationRecord is a host key rotation (T030): host moves from host key OldPub to NewPub and
+// RotationRecord is a host key rotation: host moves from host key OldPub to NewPub and
 // seals to NewEncPub from IAT on. Both keys sign its canonical JSON.
 type RotationRecord struct {
 	V         int    `json:"v"`

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/agentmbx/agentmbx/api"
+	"github.com/agentmbx/agentmbx/internal/logkey"
 	"github.com/agentmbx/agentmbx/mbx"
 )
 
@@ -189,10 +190,10 @@ func (h *Service) inviterLocked(now time.Time) (*pairSession, error) {
 func (h *Service) badMACLocked(s *pairSession, r *http.Request, step string) (*int, error) {
 	s.attempts++
 	left := MaxAttempts - s.attempts
-	h.cfg.Logger.Warn("pairing: wrong token MAC", "step", step, "from", r.RemoteAddr, "attempts_left", max(left, 0))
+	h.cfg.Logger.Warn("pairing: wrong token MAC", logkey.Step, step, logkey.From, r.RemoteAddr, logkey.AttemptsLeft, max(left, 0))
 	if left <= 0 {
 		h.finishLocked(s, api.PairFailed, api.ErrPairBurned)
-		h.cfg.Logger.Warn("pairing: token burned", "attempts", s.attempts)
+		h.cfg.Logger.Warn("pairing: token burned", logkey.Attempts, s.attempts)
 		return nil, api.ErrPairBurned
 	}
 	return &left, fmt.Errorf("%w (%d attempts left)", api.ErrPairToken, left)
@@ -275,7 +276,7 @@ func (h *Service) serveJoin(w http.ResponseWriter, r *http.Request) {
 	}
 	if err := h.pairConflict(b.Host, b.HostPubkey); err != nil {
 		h.finishLocked(s, api.PairFailed, err)
-		h.cfg.Logger.Warn("pairing refused", "peer", b.Host, "err", err)
+		h.cfg.Logger.Warn("pairing refused", logkey.Peer, b.Host, logkey.Err, err)
 		pairWriteErr(w, err, nil)
 		return
 	}
@@ -296,7 +297,7 @@ func (h *Service) serveJoin(w http.ResponseWriter, r *http.Request) {
 	s.state = api.PairCode
 	s.expires = now.Add(ConfirmWindow)
 	h.notifyLocked()
-	h.cfg.Logger.Info("pairing: joined", "role", "inviter", "peer", b.Host, "fingerprint", mbx.Fingerprint(b.HostPubkey), "addr", s.peer.Addr)
+	h.cfg.Logger.Info("pairing: joined", logkey.Role, "inviter", logkey.Peer, b.Host, logkey.Fingerprint, mbx.Fingerprint(b.HostPubkey), logkey.Addr, s.peer.Addr)
 	pairWriteJSON(w, http.StatusOK, mbx.PairJoinAnswer{MACAccept: accept, EncAd: myAd})
 }
 
@@ -345,7 +346,7 @@ func (h *Service) serveConfirm(w http.ResponseWriter, r *http.Request) {
 		switch {
 		case !req.Accept:
 			s.theirs = declined
-			h.cfg.Logger.Info("pairing declined by the joiner", "peer", s.peer.Host)
+			h.cfg.Logger.Info("pairing declined by the joiner", logkey.Peer, s.peer.Host)
 			h.finishLocked(s, api.PairDeclined, fmt.Errorf("%w by the joining host", api.ErrPairDeclined))
 		case s.theirs == declined:
 			pairWriteErr(w, fmt.Errorf("%w: the joiner declined already", api.ErrPairState), nil)
@@ -480,6 +481,6 @@ func (h *Service) pairSendDecline(ctx context.Context, s *pairSession) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
 	if _, err := h.pairSendConfirm(ctx, s, false); err != nil && !errors.Is(err, api.ErrPairDeclined) {
-		h.cfg.Logger.Warn("pairing: telling the inviter of the decline", "inviter", s.remote, "err", err)
+		h.cfg.Logger.Warn("pairing: telling the inviter of the decline", logkey.Inviter, s.remote, logkey.Err, err)
 	}
 }

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/agentmbx/agentmbx/api"
+	"github.com/agentmbx/agentmbx/internal/logkey"
 	"github.com/agentmbx/agentmbx/mbx"
 )
 
@@ -225,7 +226,7 @@ func (h *Service) StartPairing(_ context.Context, ttl time.Duration) (string, er
 		a: mbx.PairParty{Host: h.cfg.Identity.Name(), HostPubkey: h.cfg.Identity.Key().PublicKey(), Nonce: nonce},
 	}
 	h.notifyLocked()
-	h.cfg.Logger.Info("pairing started", "role", "inviter", "expires", mbx.ISOTime(h.s.expires))
+	h.cfg.Logger.Info("pairing started", logkey.Role, "inviter", logkey.Expires, mbx.ISOTime(h.s.expires))
 	return token, nil
 }
 
@@ -325,7 +326,7 @@ func (h *Service) ConfirmPairing(ctx context.Context, accept bool) (api.Peer, er
 			s.mine = declined
 			h.finishLocked(s, api.PairDeclined, fmt.Errorf("%w on this host", api.ErrPairDeclined))
 			h.mu.Unlock()
-			h.cfg.Logger.Info("pairing declined", "role", "joiner", "peer", s.peer.Host)
+			h.cfg.Logger.Info("pairing declined", logkey.Role, "joiner", logkey.Peer, s.peer.Host)
 			h.pairSendDecline(ctx, s)
 			return api.Peer{}, fmt.Errorf("pairing: confirm pairing: %w", api.ErrPairDeclined)
 		}
@@ -339,7 +340,7 @@ func (h *Service) ConfirmPairing(ctx context.Context, accept bool) (api.Peer, er
 	if !accept {
 		s.mine = declined
 		h.finishLocked(s, api.PairDeclined, fmt.Errorf("%w on this host", api.ErrPairDeclined))
-		h.cfg.Logger.Info("pairing declined", "role", "inviter", "peer", s.peer.Host)
+		h.cfg.Logger.Info("pairing declined", logkey.Role, "inviter", logkey.Peer, s.peer.Host)
 		return api.Peer{}, fmt.Errorf("pairing: confirm pairing: %w", api.ErrPairDeclined)
 	}
 	s.mine = accepted
@@ -358,7 +359,7 @@ func (h *Service) ConfirmPairing(ctx context.Context, accept bool) (api.Peer, er
 		h.expireLocked(s, h.cfg.Clock())
 		if err != nil && !s.state.Final() {
 			h.finishLocked(s, api.PairFailed, fmt.Errorf("%w: %v", api.ErrPairCancelled, err))
-			h.cfg.Logger.Info("pairing cancelled", "role", "inviter", "peer", s.peer.Host)
+			h.cfg.Logger.Info("pairing cancelled", logkey.Role, "inviter", logkey.Peer, s.peer.Host)
 		}
 	}
 	if s.state != api.PairDone {
@@ -370,11 +371,11 @@ func (h *Service) ConfirmPairing(ctx context.Context, accept bool) (api.Peer, er
 // completeLocked pins the peer of a session both users accepted.
 func (h *Service) completeLocked(s *pairSession) {
 	if err := h.cfg.Pins.Pin(s.peer); err != nil {
-		h.cfg.Logger.Warn("pairing: pin failed", "role", s.role.String(), "peer", s.peer.Host, "err", err)
+		h.cfg.Logger.Warn("pairing: pin failed", logkey.Role, s.role.String(), logkey.Peer, s.peer.Host, logkey.Err, err)
 		h.finishLocked(s, api.PairFailed, err)
 		return
 	}
-	h.cfg.Logger.Info("pairing done", "role", s.role.String(), "peer", s.peer.Host, "fingerprint", mbx.Fingerprint(s.peer.HostPubkey))
+	h.cfg.Logger.Info("pairing done", logkey.Role, s.role.String(), logkey.Peer, s.peer.Host, logkey.Fingerprint, mbx.Fingerprint(s.peer.HostPubkey))
 	h.finishLocked(s, api.PairDone, nil)
 }
 
@@ -395,7 +396,7 @@ func (h *Service) CancelPairing(ctx context.Context) error {
 	tell := s.role == api.PairJoiner && (s.state == api.PairCode || s.state == api.PairConfirmed)
 	h.finishLocked(s, api.PairFailed, api.ErrPairCancelled)
 	h.mu.Unlock()
-	h.cfg.Logger.Info("pairing cancelled", "role", s.role.String())
+	h.cfg.Logger.Info("pairing cancelled", logkey.Role, s.role.String())
 	if tell {
 		h.pairSendDecline(ctx, s)
 	}
@@ -438,7 +439,7 @@ func (h *Service) JoinPairing(ctx context.Context, addr, token string) (api.Pair
 			state = api.PairExpired
 		}
 		h.finishLocked(s, state, err)
-		h.cfg.Logger.Info("pairing: join failed", "inviter", dial, "err", err)
+		h.cfg.Logger.Info("pairing: join failed", logkey.Inviter, dial, logkey.Err, err)
 		return s.snapshot(), fmt.Errorf("pairing: join %s: %w", dial, err)
 	}
 	var hello mbx.PairHello
@@ -501,7 +502,7 @@ func (h *Service) JoinPairing(ctx context.Context, addr, token string) (api.Pair
 	s.state = api.PairCode
 	s.expires = h.cfg.Clock().Add(ConfirmWindow)
 	h.notifyLocked()
-	h.cfg.Logger.Info("pairing: joined", "role", "joiner", "peer", a.Host, "fingerprint", mbx.Fingerprint(a.HostPubkey))
+	h.cfg.Logger.Info("pairing: joined", logkey.Role, "joiner", logkey.Peer, a.Host, logkey.Fingerprint, mbx.Fingerprint(a.HostPubkey))
 	return s.snapshot(), nil
 }
 
@@ -565,7 +566,7 @@ func (h *Service) joinerConfirm(ctx context.Context, s *pairSession) (api.Peer, 
 		if err != nil {
 			var te *pairTransientError
 			if ctx.Err() == nil && errors.As(err, &te) {
-				h.cfg.Logger.Warn("pairing: inviter unreachable, retrying", "inviter", s.remote, "err", err)
+				h.cfg.Logger.Warn("pairing: inviter unreachable, retrying", logkey.Inviter, s.remote, logkey.Err, err)
 				if werr := pairPause(ctx); werr == nil {
 					continue
 				}
@@ -596,7 +597,7 @@ func (h *Service) joinerConfirm(ctx context.Context, s *pairSession) (api.Peer, 
 				return end(api.PairFailed, fmt.Errorf("%w: the inviter's answer does not verify", api.ErrPairProtocol))
 			}
 			if !ok {
-				h.cfg.Logger.Info("pairing declined by the inviter", "peer", s.peer.Host)
+				h.cfg.Logger.Info("pairing declined by the inviter", logkey.Peer, s.peer.Host)
 				return end(api.PairDeclined, fmt.Errorf("%w by the inviting host", api.ErrPairDeclined))
 			}
 			h.mu.Lock()

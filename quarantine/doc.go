@@ -1,5 +1,5 @@
 // Package quarantine keeps the relay items a receiving host rejected, so that nothing pulled from
-// a relay is ever dropped silently (spec §4, gap G9).
+// a relay is ever dropped silently (docs/design.md: Receive checkpoint and ack, Quarantine).
 //
 // An item the host cannot accept — undecryptable, badly signed, malformed, of an unknown kind, or
 // from a sender it has not paired with — is written here with its exact wire bytes and the reason,

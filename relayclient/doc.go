@@ -1,5 +1,6 @@
-// Package relayclient is the host's client of a relay's v2 API (spec §1, §3 sender side, §4, §8):
-// discovery and key pinning, enrolment, enc-key ads, the sender allowlist, key rotation, push with
+// Package relayclient is the host's client of a relay's v2 API (docs/design.md: Relay identity and
+// pinning, Push and acceptance, Receive checkpoint and ack, Enrolment and publications): discovery
+// and key pinning, enrolment, enc-key ads, the sender allowlist, key rotation, push with
 // accept-statement verification, pull and ack.
 //
 // # Pinning

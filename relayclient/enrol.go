@@ -8,10 +8,10 @@ import (
 )
 
 // Enrol enrols this host key at the relay: it asks for a challenge and answers it signed with the
-// host key (spec §8). ownerFP is the host's unproven owner claim ("" for none); proof a credential
-// for a stronger enrolment authority ("" for the host-key challenge). Enrolling an enrolled key
-// again is harmless, so a caller enrols whenever the relay answers ErrNotEnrolled or its epoch
-// changed, then republishes its enc-key ad and sender list.
+// host key (docs/design.md: Enrolment and publications). ownerFP is the host's unproven owner claim
+// ("" for none); proof a credential for a stronger enrolment authority ("" for the host-key
+// challenge). Enrolling an enrolled key again is harmless, so a caller enrols whenever the relay
+// answers ErrNotEnrolled or its epoch changed, then republishes its enc-key ad and sender list.
 func (c *Client) Enrol(ctx context.Context, ownerFP, proof string) error {
 	pub := c.key.PublicKey()
 	if err := mbx.CheckChallengeRequest(mbx.ChallengeRequest{Host: c.host, Pubkey: pub}); err != nil {

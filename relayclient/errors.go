@@ -41,11 +41,11 @@ var (
 	// error is an *EpochError carrying the current epoch.
 	ErrEpochChanged = errors.New("relay epoch changed")
 	// ErrRewound: the relay refused an ack beyond its head (BAD_ACK): its store went back in
-	// time. Reset the receive position to 0 (spec §4).
+	// time. Reset the receive position to 0 (docs/design.md: Receive checkpoint and ack).
 	ErrRewound = errors.New("relay store went back in time (ack beyond its head)")
 	// ErrNotEnrolled: the relay did not accept this host's hop (401): the key is not enrolled
 	// (after a relay reset or restore), or the clocks differ by more than five minutes. Run
-	// Enrol again (spec §8).
+	// Enrol again (docs/design.md: Enrolment and publications).
 	ErrNotEnrolled = errors.New("relay does not accept this host (not enrolled, or clock skew)")
 	// ErrForbidden: the relay refuses this host key (403: revoked, or the enrolment authority
 	// said no).

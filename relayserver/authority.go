@@ -23,8 +23,8 @@ type AuthDecision struct {
 	Reason string
 }
 
-// EnrolmentAuthority decides whether a host key may enrol (spec §8). The relay asks it after the
-// challenge signature verified; a denial stores nothing.
+// EnrolmentAuthority decides whether a host key may enrol (docs/design.md: Enrolment and
+// publications). The relay asks it after the challenge signature verified; a denial stores nothing.
 type EnrolmentAuthority interface {
 	// Name is stored on the enrolment as authorized_by.
 	Name() string

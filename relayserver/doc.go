@@ -1,5 +1,5 @@
 // Package relayserver is the agentmbx relay: an untrusted, durable store-and-forward service that
-// carries sealed mail between hosts on different networks (spec "Durable relay", T165).
+// carries sealed mail between hosts on different networks (docs/design.md: The relay store).
 //
 // The relay never sees plaintext. It stores, for each target host key, the exact wire bytes a
 // sender pushed, numbers them, hands them to the target in order, and deletes them once the target
@@ -56,15 +56,15 @@
 // sqlitestore.Backup (agentmbx relay backup FILE) copies the store online with SQLite's VACUUM
 // INTO: one read snapshot, without the store's lock, which under WAL never holds up the running
 // relay's writer; the copy is checked, made 0600, fsynced and renamed into place. It holds every
-// item whose push was answered before it started. sqlitestore.Restore (agentmbx relay restore
-// FILE) takes the lock without waiting (ErrLocked while a relay serves), refuses a file that is
-// not a relay store (ErrBadBackup), has a newer schema (ErrSchemaTooNew) or belongs to another
-// relay key than the store's or relay.key's (ErrRelayKeyMismatch, unless forced), then renames a
-// prepared copy over relay.db with a new epoch, restored_at and restored_from in meta, and each
-// target's next_seq raised to the replaced store's, so new items land above every seq handed out
-// before even when the clock has not moved. The replaced database stays as relay.db.pre-restore.
-// agentmbx relay rotate-epoch gives a stopped store a new epoch (after a restore made any other
-// way). Hosts that see the new epoch re-push and re-pull (spec §5).
+// item whose push was answered before it started. sqlitestore.Restore (agentmbx relay restore FILE)
+// takes the lock without waiting (ErrLocked while a relay serves), refuses a file that is not a
+// relay store (ErrBadBackup), has a newer schema (ErrSchemaTooNew) or belongs to another relay key
+// than the store's or relay.key's (ErrRelayKeyMismatch, unless forced), then renames a prepared
+// copy over relay.db with a new epoch, restored_at and restored_from in meta, and each target's
+// next_seq raised to the replaced store's, so new items land above every seq handed out before even
+// when the clock has not moved. The replaced database stays as relay.db.pre-restore. agentmbx relay
+// rotate-epoch gives a stopped store a new epoch (after a restore made any other way). Hosts that
+// see the new epoch re-push and re-pull (docs/design.md: Epochs, restarts and restores).
 //
 // # Retention
 //

@@ -39,7 +39,8 @@ func (s *Server) checkEnrolment(req mbx.EnrolRequest, now time.Time) error {
 		mbx.ErrEnrolNoChallenge)
 }
 
-// handleEnrol is POST /v1/relay/enrol {host, pubkey, owner_fp, sig, proof?} (spec §2, §8).
+// handleEnrol is POST /v1/relay/enrol {host, pubkey, owner_fp, sig, proof?} (docs/design.md: The
+// relay store, Enrolment and publications).
 func (s *Server) handleEnrol(w http.ResponseWriter, r *http.Request) {
 	var req mbx.EnrolRequest
 	if !s.publicJSON(w, r, &req) {

@@ -213,9 +213,9 @@ func (s *Server) handleReadyz(w http.ResponseWriter, r *http.Request) {
 	s.writeJSON(w, status, rd)
 }
 
-// Heartbeat writes now as the store's heartbeat (spec §5) and, when it committed, counts it for
-// readiness. Serve calls it every ServeConfig.HeartbeatEvery; a caller running the Server
-// itself calls it every Options.HeartbeatEvery.
+// Heartbeat writes now as the store's heartbeat (docs/design.md: Epochs, restarts and restores)
+// and, when it committed, counts it for readiness. Serve calls it every ServeConfig.HeartbeatEvery;
+// a caller running the Server itself calls it every Options.HeartbeatEvery.
 func (s *Server) Heartbeat(ctx context.Context) error {
 	now := s.opt.Clock()
 	if err := s.store.Heartbeat(ctx, now); err != nil {

@@ -17,10 +17,10 @@ func (s *Server) staleEpoch(got string) *apiError {
 	return &apiError{err: fmt.Errorf("epoch %q is not current: %w", got, ErrStaleEpoch), epoch: s.epoch}
 }
 
-// handlePull is GET /v2/relay/items?after=&limit=&epoch=&wait= (spec §4). With wait (seconds,
-// cut to Options.MaxWait) a pull that finds nothing is held until an item for the caller commits,
-// the wait passes (an empty page, as without wait), the client goes away, or the server shuts
-// down (a fresh page at once).
+// handlePull is GET /v2/relay/items?after=&limit=&epoch=&wait= (docs/design.md: Receive checkpoint
+// and ack). With wait (seconds, cut to Options.MaxWait) a pull that finds nothing is held until an
+// item for the caller commits, the wait passes (an empty page, as without wait), the client goes
+// away, or the server shuts down (a fresh page at once).
 func (s *Server) handlePull(w http.ResponseWriter, r *http.Request) {
 	caller, err := s.authenticate(r, nil)
 	if err != nil {
@@ -130,7 +130,7 @@ func (s *Server) withHead(ctx context.Context, ae *apiError, key string) *apiErr
 	return ae
 }
 
-// handleAck is POST /v2/relay/ack {epoch, through} (spec §4).
+// handleAck is POST /v2/relay/ack {epoch, through} (docs/design.md: Receive checkpoint and ack).
 func (s *Server) handleAck(w http.ResponseWriter, r *http.Request) {
 	var req struct {
 		Epoch   *string      `json:"epoch"`
@@ -202,8 +202,8 @@ func infoEncAd(ad EncAd) *mbx.InfoEncAd {
 	return out
 }
 
-// handleInfo is GET /v2/relay/info (spec §1): the relay's key, epoch and limits, and with a valid
-// hop the caller's own position.
+// handleInfo is GET /v2/relay/info (docs/design.md: Relay identity and pinning): the relay's key,
+// epoch and limits, and with a valid hop the caller's own position.
 func (s *Server) handleInfo(w http.ResponseWriter, r *http.Request) {
 	resp := infoResponse{V: 2, RelayPubkey: s.key.PublicKey(), Epoch: s.epoch, Version: s.opt.Version,
 		Limits: infoLimits{Limits: s.lim, MaxWait: int64(max(s.opt.MaxWait, 0) / time.Second)}}

@@ -197,9 +197,9 @@ func (s *Server) storeItem(tx Tx, w *pushWork, sender string, now time.Time) err
 	return nil
 }
 
-// quotaCode is the rejection of an item of n bytes that would take the target's queue, the
-// sender's share of it, or the target's proven account over its limits (spec §7); "" when it
-// fits. An unproven owner claim is never charged.
+// quotaCode is the rejection of an item of n bytes that would take the target's queue, the sender's
+// share of it, or the target's proven account over its limits (docs/design.md: Quotas and bounds);
+// "" when it fits. An unproven owner claim is never charged.
 func (s *Server) quotaCode(a Admission, n int64) string {
 	u := a.Usage
 	switch {
@@ -291,7 +291,7 @@ func (s *Server) resultRange(results []mbx.PushResult, work []*pushWork, sender 
 	return nil
 }
 
-// handlePush is POST /v2/relay/items (spec §3).
+// handlePush is POST /v2/relay/items (docs/design.md: Push and acceptance).
 func (s *Server) handlePush(w http.ResponseWriter, r *http.Request) {
 	caller, body, ok := s.signedBody(w, r, s.opt.MaxBody)
 	if !ok {

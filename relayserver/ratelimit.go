@@ -12,8 +12,9 @@ import (
 	"golang.org/x/time/rate"
 )
 
-// TrustProxy says which header, if any, carries the client address (spec §2). Only the entry a
-// trusted proxy appended is believed: earlier X-Forwarded-For entries are client-controlled.
+// TrustProxy says which header, if any, carries the client address (docs/design.md: The relay
+// store). Only the entry a trusted proxy appended is believed: earlier X-Forwarded-For entries are
+// client-controlled.
 type TrustProxy int
 
 // Proxy modes.

@@ -10,8 +10,9 @@ import (
 	"github.com/agentmbx/agentmbx/mbx"
 )
 
-// handleSenders is POST /v2/relay/senders {list, sig}: the caller publishes the allowlist of
-// sender keys it accepts (spec §2). A list with a later iat replaces the stored one.
+// handleSenders is POST /v2/relay/senders {list, sig}: the caller publishes the allowlist of sender
+// keys it accepts (docs/design.md: The relay store). A list with a later iat replaces the stored
+// one.
 func (s *Server) handleSenders(w http.ResponseWriter, r *http.Request) {
 	var req mbx.SendersPublish
 	caller, ok := s.signedJSON(w, r, s.opt.MaxSendersBody, &req)
@@ -158,8 +159,8 @@ func (s *Server) handleGetEncKey(w http.ResponseWriter, r *http.Request) {
 	s.writeJSON(w, http.StatusOK, encAnswer(e, ad))
 }
 
-// handleRotate is POST /v2/relay/rotate {rotation} (spec §2 Rotation). It needs no hop: both the
-// old and the new key signed the record. The old key must be one the relay enrolled.
+// handleRotate is POST /v2/relay/rotate {rotation} (docs/design.md: Host key rotation). It needs no
+// hop: both the old and the new key signed the record. The old key must be one the relay enrolled.
 func (s *Server) handleRotate(w http.ResponseWriter, r *http.Request) {
 	var req mbx.RotateRequest
 	if !s.publicJSON(w, r, &req) {

@@ -68,8 +68,9 @@ type ServeConfig struct {
 // requests in flight finish (each answered only after its commit), and closes the store.
 //
 // At start it loads the relay key (LoadKey), opens the store, binds the key to it (a store of
-// another key is refused before anything is written to it), and rotates the epoch when the
-// stored heartbeat is older than mbx.RelayHeartbeatStale (a restore or a long outage, spec §5).
+// another key is refused before anything is written to it), and rotates the epoch when the stored
+// heartbeat is older than mbx.RelayHeartbeatStale (a restore or a long outage; docs/design.md:
+// Epochs, restarts and restores).
 func Serve(ctx context.Context, cfg ServeConfig) (err error) {
 	where := cfg.StoreDir
 	if cfg.DB != "" {
@@ -204,8 +205,9 @@ type staleEpochRotator interface {
 	RotateEpochIfStale(ctx context.Context, now time.Time, stale time.Duration) (epoch string, rotated bool, err error)
 }
 
-// checkEpoch rotates the epoch when the stored heartbeat is older than mbx.RelayHeartbeatStale
-// (a restore or a long outage, spec §5) and records now as the heartbeat.
+// checkEpoch rotates the epoch when the stored heartbeat is older than mbx.RelayHeartbeatStale (a
+// restore or a long outage; docs/design.md: Epochs, restarts and restores) and records now as the
+// heartbeat.
 func checkEpoch(ctx context.Context, store Store, now time.Time, log *slog.Logger) error {
 	if r, ok := store.(staleEpochRotator); ok {
 		epoch, rotated, err := r.RotateEpochIfStale(ctx, now, mbx.RelayHeartbeatStale)

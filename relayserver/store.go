@@ -5,9 +5,9 @@ import (
 	"time"
 )
 
-// Store is everything the relay keeps. The relay core reaches its state only through this
-// interface (spec §2), so a backend other than SQLite can replace the one in sqlitestore without
-// touching the protocol.
+// Store is everything the relay keeps. The relay core reaches its state only through this interface
+// (docs/design.md: The relay store), so a backend other than SQLite can replace the one in
+// sqlitestore without touching the protocol.
 //
 // Writes go through Update; every other method is a read of committed state. A backend must make
 // each Update's effects durable before Update returns nil, and must never report an effect as
@@ -31,9 +31,11 @@ type Store interface {
 	// BindRelayKey records pubkey as the store's relay key when it has none yet, and fails with
 	// ErrRelayKeyMismatch when the store already belongs to another key.
 	BindRelayKey(ctx context.Context, pubkey string) error
-	// RotateEpoch gives the store a new random epoch (spec §5: after a restore) and returns it.
+	// RotateEpoch gives the store a new random epoch (docs/design.md: Epochs, restarts and
+	// restores: after a restore) and returns it.
 	RotateEpoch(ctx context.Context) (string, error)
-	// Heartbeat records now as the store's heartbeat (spec §5).
+	// Heartbeat records now as the store's heartbeat (docs/design.md: Epochs, restarts and
+	// restores).
 	Heartbeat(ctx context.Context, now time.Time) error
 	// ChallengeSecret returns the store's secret for enrolment challenges: at least 32 random
 	// bytes, made by the first call and the same for every later call and every relay process
@@ -115,8 +117,8 @@ type Tx interface {
 	// Ack deletes target's items with seq <= through and records acked_through. through beyond
 	// the head fails with ErrBadAck and changes nothing.
 	Ack(target string, through int64) (AckResult, error)
-	// Rotate moves everything of r.OldPubkey to r.NewPubkey (spec §2 Rotation), in the caller's
-	// unit, so a failure anywhere leaves both keys as they were. The rules:
+	// Rotate moves everything of r.OldPubkey to r.NewPubkey (docs/design.md: Host key rotation), in
+	// the caller's unit, so a failure anywhere leaves both keys as they were. The rules:
 	//
 	//   - The old key must be enrolled (ErrNotFound). The new key must not be revoked
 	//     (ErrRevoked); it may be unknown, and is then enrolled at r.At.
@@ -145,9 +147,9 @@ type Tx interface {
 	Expiry
 }
 
-// Expiry is the write side of the retention sweep (spec §6). It is part of Tx; the sweep runs
-// it inside one Update, so the deletions, the tombstones it keeps and the notices it queues
-// commit together.
+// Expiry is the write side of the retention sweep (docs/design.md: Retention and expiry). It is
+// part of Tx; the sweep runs it inside one Update, so the deletions, the tombstones it keeps and
+// the notices it queues commit together.
 type Expiry interface {
 	// ExpiredItems returns up to limit items with ExpiresAt <= now, oldest expiry first, without
 	// their wire bytes.

@@ -8,25 +8,26 @@ import (
 	"github.com/agentmbx/agentmbx/mbx"
 )
 
-// Retention sweep defaults (spec §6).
+// Retention sweep defaults (docs/design.md: Retention and expiry).
 const (
 	// DefaultSweepEvery is how often RunSweeper sweeps.
 	DefaultSweepEvery = time.Minute
 	// DefaultSweepBatch bounds the items one Sweep transaction expires (and the dedup rows it
 	// prunes), so a sweep never holds the writer for long.
 	DefaultSweepBatch = 500
-	// DedupGrace is what the dedup horizon adds to retention (spec §7: retention + 7 days).
+	// DedupGrace is what the dedup horizon adds to retention (docs/design.md: Quotas and bounds:
+	// retention + 7 days).
 	DedupGrace = 7 * 24 * time.Hour
 )
 
-// Sweep runs one bounded retention sweep in one transaction (spec §6): it deletes up to
-// Options.SweepBatch items whose expiry has passed, keeping their dedup rows as tombstones (a
-// late retry is a duplicate, never a re-delivery); for each expired envelope it queues for the
-// envelope's sender a kind "expired" notice signed by the relay key (sender = the relay key,
-// item id mbx.ExpiryNoticeItemID, exempt from sender shares but not from the sender's own queue
-// caps); expired receipts and notices go silently. It also prunes up to the same number of dedup
-// rows past the dedup horizon. After the commit it wakes the pulls parked for the senders that
-// got notices. The report's counts say whether another batch may be waiting (Expired totals
+// Sweep runs one bounded retention sweep in one transaction (docs/design.md: Retention and expiry):
+// it deletes up to Options.SweepBatch items whose expiry has passed, keeping their dedup rows as
+// tombstones (a late retry is a duplicate, never a re-delivery); for each expired envelope it
+// queues for the envelope's sender a kind "expired" notice signed by the relay key (sender = the
+// relay key, item id mbx.ExpiryNoticeItemID, exempt from sender shares but not from the sender's
+// own queue caps); expired receipts and notices go silently. It also prunes up to the same number
+// of dedup rows past the dedup horizon. After the commit it wakes the pulls parked for the senders
+// that got notices. The report's counts say whether another batch may be waiting (Expired totals
 // equal to the batch size).
 func (s *Server) Sweep(ctx context.Context) (mbx.SweepReport, error) {
 	now := s.opt.Clock()
@@ -90,7 +91,7 @@ func (s *Server) sweepTx(tx Tx, now time.Time, rep *mbx.SweepReport, woken *[]st
 
 // queueNotice queues the expiry notice of envelope it for its sender and reports whether it did.
 // A sender that is gone (not enrolled, revoked) or whose own queue is full is skipped and
-// counted: its own deadline tells it (spec §3).
+// counted: its own deadline tells it (docs/design.md: Push and acceptance).
 func (s *Server) queueNotice(tx Tx, it Item, relay string, now time.Time, rep *mbx.SweepReport) (bool, error) {
 	sn, err := mbx.SignExpiryNotice(s.key, it.ItemID, it.Target, it.AcceptedAt, now)
 	if err != nil {

@@ -9,9 +9,10 @@ type Kind string
 const (
 	// KindEnvelope is a sealed envelope v3, wire = the sender's exact JSON bytes.
 	KindEnvelope Kind = "envelope"
-	// KindReceipt is a T218 delivery receipt, wire = canonical({rec, sig}).
+	// KindReceipt is a delivery receipt, wire = canonical({rec, sig}).
 	KindReceipt Kind = "receipt"
-	// KindExpired is a relay expiry notice queued for a sender (spec §6).
+	// KindExpired is a relay expiry notice queued for a sender (docs/design.md: Retention and
+	// expiry).
 	KindExpired Kind = "expired"
 )
 

@@ -30,7 +30,7 @@ func vectorFile(t *testing.T, name string) []byte {
 	return b
 }
 
-// servesV1 says whether this relay serves the v1 message endpoints (spec §11).
+// servesV1 says whether this relay serves the v1 message endpoints (docs/design.md: Compatibility).
 const servesV1 = false
 
 // TestRelayHopVectors replays the relay's verdicts of relay_hop.json through the server: a hop the
@@ -96,7 +96,8 @@ func TestRelayHopVectors(t *testing.T) {
 			refused := resp.StatusCode == 401 || resp.StatusCode == 403
 			if resp.StatusCode == http.StatusNotFound || resp.StatusCode == http.StatusMethodNotAllowed {
 				// No route serves this method (the "method changed" case): the relay never reaches
-				// the hop check, so check the hop as the relay would have, against the caller's key.
+				// the hop check, so check the hop as the relay would have, against the caller's
+				// key.
 				u, _ := url.Parse(c.RequestURL)
 				err := mbx.VerifyRelayHop(req.Header.Get(mbx.HeaderKey), req.Header, c.Method, mbx.RelaySignedPath(u), []byte(c.Body), time.UnixMilli(c.NowMS))
 				refused = err != nil

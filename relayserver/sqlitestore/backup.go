@@ -84,15 +84,15 @@ type RestoreResult struct {
 	Warning string
 }
 
-// Restore replaces the store in dir with the backup in src (spec §5). It takes the store's lock
-// without waiting, so it fails with relayserver.ErrLocked while a relay serves dir. src must be a
-// relay store of a schema this binary can open (relayserver.ErrBadBackup,
-// relayserver.ErrSchemaTooNew) and, unless opts.Force, bound to the same relay key as dir's
-// store and relay.key, when they have one (relayserver.ErrRelayKeyMismatch). The restored copy
-// gets a new epoch, restored_at and restored_from (src's base name) in meta, and each target's
-// next_seq raised to at least the replaced store's, so new items land above every seq handed
-// out before. The copy is prepared in a temporary file and renamed over relay.db; the replaced
-// database stays as relay.db.pre-restore, with its -wal and -shm files beside it (as
+// Restore replaces the store in dir with the backup in src (docs/design.md: Epochs, restarts and
+// restores). It takes the store's lock without waiting, so it fails with relayserver.ErrLocked
+// while a relay serves dir. src must be a relay store of a schema this binary can open
+// (relayserver.ErrBadBackup, relayserver.ErrSchemaTooNew) and, unless opts.Force, bound to the same
+// relay key as dir's store and relay.key, when they have one (relayserver.ErrRelayKeyMismatch). The
+// restored copy gets a new epoch, restored_at and restored_from (src's base name) in meta, and each
+// target's next_seq raised to at least the replaced store's, so new items land above every seq
+// handed out before. The copy is prepared in a temporary file and renamed over relay.db; the
+// replaced database stays as relay.db.pre-restore, with its -wal and -shm files beside it (as
 // relay.db.pre-restore-wal and -shm). On any error dir is unchanged.
 func Restore(ctx context.Context, dir, src string, opts *RestoreOptions) (RestoreResult, error) {
 	var o RestoreOptions

@@ -1,5 +1,5 @@
 // Package sqlitestore is the relay's SQLite store: the relayserver.Store the relay core keeps all
-// of its state in (spec §2).
+// of its state in (docs/design.md: The relay store).
 //
 // # Layout
 //

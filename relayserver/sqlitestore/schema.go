@@ -6,7 +6,7 @@ const SchemaVersion = 3
 
 // migrations[i] takes a store from schema version i to i+1. A new store runs all of them.
 var migrations = []string{
-	// 0 → 1: the tables of spec §2.
+	// 0 → 1: the tables of docs/design.md: The relay store.
 	`
 CREATE TABLE meta(
 	key   TEXT PRIMARY KEY,

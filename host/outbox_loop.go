@@ -11,6 +11,7 @@ import (
 
 	"go.etcd.io/bbolt"
 
+	"github.com/agentmbx/agentmbx/internal/logkey"
 	"github.com/agentmbx/agentmbx/mbx"
 	"github.com/agentmbx/agentmbx/outbox"
 )
@@ -230,7 +231,7 @@ func (h *Host) record(ctx context.Context, host string, rows []outbox.Row, out [
 					break
 				}
 				if verr := h.verifyAcceptance(cur, o); verr != nil {
-					h.log.Warn("relay accept statement refused", "row", r.Key().String(), "err", verr)
+					h.log.Warn("relay accept statement refused", logkey.Row, r.Key().String(), logkey.Err, verr)
 					row, err = ob.MarkAttemptFailed(r.Key(), tr, fmt.Errorf("relay accept statement refused: %w", verr))
 					break
 				}
@@ -246,13 +247,13 @@ func (h *Host) record(ctx context.Context, host string, rows []outbox.Row, out [
 				// The outcome carries something the outbox does not store (a relay's statement
 				// with an unusable field): the attempt failed. Nothing was written for it, and
 				// the other rows' outcomes are still recorded.
-				h.log.Warn("outbox outcome not storable: recorded as a failed attempt", "row", r.Key().String(), "err", err)
+				h.log.Warn("outbox outcome not storable: recorded as a failed attempt", logkey.Row, r.Key().String(), logkey.Err, err)
 				row, err = ob.MarkAttemptFailed(r.Key(), tr, fmt.Errorf("%s outcome not storable: %w", o.Kind, err))
 				o.Kind = outbox.OutcomeFailed
 			}
 			if errors.Is(err, outbox.ErrTransition) || errors.Is(err, outbox.ErrNotFound) {
 				// Settled by a receipt (or swept) while the attempt ran: nothing to record.
-				h.log.Debug("outbox outcome not recorded", "row", r.Key().String(), "err", err)
+				h.log.Debug("outbox outcome not recorded", logkey.Row, r.Key().String(), logkey.Err, err)
 				continue
 			}
 			if err != nil {
@@ -260,19 +261,19 @@ func (h *Host) record(ctx context.Context, host string, rows []outbox.Row, out [
 			}
 			switch o.Kind {
 			case outbox.OutcomeDelivered:
-				h.log.Debug("outbox row delivered", "row", row.Key().String(), "kind", row.Kind.String())
+				h.log.Debug("outbox row delivered", logkey.Row, row.Key().String(), logkey.Kind, row.Kind.String())
 			case outbox.OutcomeRejected:
-				h.log.Warn("outbox row rejected", "row", row.Key().String(), "transport", tr.String(), "reason", o.Err, "retry", o.Retryable)
+				h.log.Warn("outbox row rejected", logkey.Row, row.Key().String(), logkey.Transport, tr.String(), logkey.Reason, o.Err, logkey.Retry, o.Retryable)
 			case outbox.OutcomeRelayAccepted:
-				h.log.Debug("outbox row accepted by the relay", "row", row.Key().String(), "seq", row.Seq, "epoch", row.Epoch)
+				h.log.Debug("outbox row accepted by the relay", logkey.Row, row.Key().String(), logkey.Seq, row.Seq, logkey.Epoch, row.Epoch)
 			case outbox.OutcomeFailed:
-				h.log.Debug("outbox attempt failed", "row", row.Key().String(), "attempts", row.Attempts, "next_at", row.NextAt, "err", o.Err)
+				h.log.Debug("outbox attempt failed", logkey.Row, row.Key().String(), logkey.Attempts, row.Attempts, logkey.NextAt, row.NextAt, logkey.Err, o.Err)
 			}
 		}
 		return nil
 	})
 	if err != nil {
-		h.log.Error("recording outbox outcomes", "peer", host, "err", err)
+		h.log.Error("recording outbox outcomes", logkey.Peer, host, logkey.Err, err)
 		return false
 	}
 	if alerts > 0 {
@@ -300,7 +301,7 @@ func (h *Host) alertTx(tx *bbolt.Tx, r outbox.Row) (bool, error) {
 	if err := h.deliverLocalTx(tx, &msg, []string{a.Agent}, now); err != nil {
 		return false, err
 	}
-	h.log.Warn("message undelivered: sender alerted", "msg", r.MsgID, "peer", r.Host, "agent", a.Agent, "state", r.State.String(), "reason", r.Reason)
+	h.log.Warn("message undelivered: sender alerted", logkey.Msg, r.MsgID, logkey.Peer, r.Host, logkey.Agent, a.Agent, logkey.State, r.State.String(), logkey.Reason, r.Reason)
 	return true, nil
 }
 
@@ -356,12 +357,12 @@ func (h *Host) runOutbox(ctx context.Context, tick time.Duration) {
 		case <-h.kick:
 		}
 		if _, err := h.pass(ctx, false); err != nil && ctx.Err() == nil {
-			h.log.Error("outbox pass", "err", err)
+			h.log.Error("outbox pass", logkey.Err, err)
 		}
 		if now := time.Now(); now.Sub(lastSweep) >= max(tick, minSweepEvery) {
 			lastSweep = now
 			if _, err := h.sweep(ctx); err != nil && ctx.Err() == nil {
-				h.log.Error("outbox sweep", "err", err)
+				h.log.Error("outbox sweep", logkey.Err, err)
 			}
 		}
 		wait := tick

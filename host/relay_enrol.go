@@ -8,10 +8,12 @@ import (
 
 	"go.etcd.io/bbolt"
 
+	"github.com/agentmbx/agentmbx/internal/logkey"
 	"github.com/agentmbx/agentmbx/mbx"
 )
 
-// Enrolment and publications at the relay (spec §1, §8).
+// Enrolment and publications at the relay (docs/design.md: Relay identity and pinning, Enrolment
+// and publications).
 //
 // relayKeep brings the relay up to date with this host: the relay's info (its key, checked against
 // the pin; its epoch; its limits; whether it knows this host key), then, when needed, enrolment
@@ -74,7 +76,7 @@ func (h *Host) relayKeep(ctx context.Context, force bool) error {
 		// a long poll for many seconds.
 		h.relayProblem(l, opPull, nil)
 		s.Enrolled = &relayEnrolment{URL: l.pin.URL, RelayKey: l.pin.RelayKey, Epoch: info.Epoch, HostKey: hostKey, At: mbx.ISOTime(now)}
-		h.log.Info("enrolled at the relay", "relay", l.pin.URL, "epoch", info.Epoch)
+		h.log.Info("enrolled at the relay", logkey.Relay, l.pin.URL, logkey.Epoch, info.Epoch)
 		if err := h.saveKeep(l, s); err != nil {
 			return err
 		}
@@ -98,7 +100,7 @@ func (h *Host) relayKeep(ctx context.Context, force bool) error {
 			h.relayProblem(l, opEncAd, nil)
 			s.EncAd = &relayEncAd{Epoch: info.Epoch, EncPub: encPub, At: mbx.ISOTime(now), Exp: pub.Exp}
 			dirty = true
-			h.log.Info("enc-key ad published at the relay", "relay", l.pin.URL, "exp", pub.Exp)
+			h.log.Info("enc-key ad published at the relay", logkey.Relay, l.pin.URL, logkey.EncAdExp, pub.Exp)
 		}
 	}
 
@@ -114,7 +116,7 @@ func (h *Host) relayKeep(ctx context.Context, force bool) error {
 			h.relayProblem(l, opSenders, nil)
 			s.Senders = &relaySenders{Epoch: info.Epoch, Hash: hash, Count: len(keys), At: mbx.ISOTime(now)}
 			dirty = true
-			h.log.Info("sender allowlist published at the relay", "relay", l.pin.URL, "senders", len(keys))
+			h.log.Info("sender allowlist published at the relay", logkey.Relay, l.pin.URL, logkey.Senders, len(keys))
 		}
 	}
 	if dirty {

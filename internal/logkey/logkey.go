@@ -1,0 +1,52 @@
+// Package logkey names the attribute keys of the host side's structured logs (log/slog), so one
+// key means one thing in every package and a log search by key finds every line that has it.
+package logkey
+
+// Attribute keys.
+const (
+	Addr         = "addr"          // a LAN address (host:port)
+	Agent        = "agent"         // a local agent's name
+	Attempts     = "attempts"      // attempts made so far
+	AttemptsLeft = "attempts_left" // wrong guesses a pairing token still takes
+	Count        = "count"         // how many things an action touched
+	Epoch        = "epoch"         // a relay epoch
+	Err          = "err"           // the error
+	Expires      = "expires"       // when something expires (ISO-8601)
+	Fingerprint  = "fingerprint"   // a key fingerprint
+	From         = "from"          // a request's remote address
+	Host         = "host"          // this host's name
+	Inviter      = "inviter"       // the inviting host's address (pairing)
+	Item         = "item"          // a relay item id
+	Kind         = "kind"          // an outbox row's kind (envelope, receipt)
+	Msg          = "msg"           // a message id
+	NextAt       = "next_at"       // when a row is due again
+	Op           = "op"            // a relay operation (enrol, enc-ad, senders, push, pull)
+	Path         = "path"          // a request path
+	Peer         = "peer"          // a peer host's name
+	Reason       = "reason"        // why something was refused
+	Relay        = "relay"         // a relay's URL
+	RetryIn      = "retry_in"      // the pause before the next try
+	Role         = "role"          // a pairing role (inviter, joiner)
+	Row          = "row"           // an outbox row's key
+	Seq          = "seq"           // a relay sequence number
+	Transport    = "transport"     // lan or relay
+	Accepted     = "accepted"      // how many items were accepted
+	EncAdExp     = "exp"           // when a published enc-key ad expires
+	Held         = "held"          // how many items are still held
+	Hosts        = "hosts"         // how many hosts a message went to
+	LAN          = "lan"           // the LAN address the daemon serves
+	Local        = "local"         // how many local recipients
+	Replaced     = "replaced"      // the fingerprint a new pin replaced
+	Repush       = "repush"        // how many rows go to the relay again
+	Retry        = "retry"         // whether a rejection is retried
+	Sender       = "sender"        // a sending host's key fingerprint
+	Senders      = "senders"       // how many keys a sender allowlist names
+	Socket       = "socket"        // the control socket's path
+	State        = "state"         // a state (of a row, a receipt, a session)
+	Step         = "step"          // a pairing step
+	Target       = "target"        // a target host key
+	Through      = "through"       // the seq an ack reaches
+	TOFU         = "tofu"          // whether a relay key was trusted on first use
+	Verdict      = "verdict"       // a relay's verdict on a pushed item
+	Was          = "was"           // the state something was in before
+)
