@@ -25,6 +25,9 @@ var (
 	ErrDuplicate = errors.New("item already stored for this target")
 	// ErrBadAck is returned by Ack for a through beyond the head.
 	ErrBadAck = errors.New("ack beyond the head of the queue")
+	// ErrStoreFull is wrapped (with ErrCommit) by the error of a write that failed because the
+	// store's disk is full.
+	ErrStoreFull = errors.New("store disk is full")
 	// ErrRevoked is returned for a host key that is revoked.
 	ErrRevoked = errors.New("host key is revoked")
 )

@@ -168,6 +168,7 @@ func (s *Server) handleAck(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, fmt.Errorf("ack: %w", err))
 		return
 	}
+	s.cap.free()
 	s.met.acked(res.Deleted)
 	s.writeJSON(w, http.StatusOK, mbx.AckResponse{AckedThrough: res.AckedThrough, Deleted: res.Deleted, HeadSeq: res.HeadSeq})
 }

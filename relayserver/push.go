@@ -60,6 +60,10 @@ type pushWork struct {
 	seqs    []int64
 	dup     bool // every target was already stored
 	firstAt time.Time
+	// Relay-wide capacity (capacity.go): noRoom refuses the item's new targets; took is what
+	// the item counted against the relay's limits.
+	noRoom bool
+	took   Counts
 }
 
 // parsePush decodes and checks the shape of a push body. Any malformed part fails the whole
@@ -180,6 +184,9 @@ func (s *Server) storeItem(tx Tx, w *pushWork, sender string, now time.Time) err
 			return reject(RejectRevoked)
 		case !a.Allowed:
 			return reject(RejectSender)
+		}
+		if w.noRoom {
+			return reject(RejectRelayQuota)
 		}
 		if code := s.quotaCode(a, int64(len(t.wire))); code != "" {
 			return reject(code)
@@ -312,6 +319,8 @@ func (s *Server) handlePush(w http.ResponseWriter, r *http.Request) {
 		}
 		s.checkItem(it, sender)
 	}
+	s.takeCapacity(r.Context(), work, now)
+	defer s.giveCapacity(work, &err)
 	// Once queued, the unit's outcome is waited for even when the client goes away: a unit that
 	// commits must wake the pulls held for its targets, and only its real outcome says whether it
 	// did.

@@ -193,6 +193,7 @@ func (s *Server) handleRotate(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, fmt.Errorf("rotate: %w", err))
 		return
 	}
+	s.cap.free() // repeats may have been dropped
 	// Committed: the new key's queue may have grown, and the old key's pulls learn it is revoked.
 	s.polls.wake(rot.Rec.NewPub)
 	s.polls.wake(rot.Rec.OldPub)

@@ -138,6 +138,7 @@ func Serve(ctx context.Context, cfg ServeConfig) (err error) {
 	if err := checkEpoch(ctx, store, opt.Clock(), log); err != nil {
 		return fmt.Errorf("relayserver: serve: %w", err)
 	}
+	opt.MaxRelayItems, opt.MaxRelayBytes = diskCapacity(ctx, store, cfg.StoreDir, opt)
 	srv, err := New(ctx, store, opt)
 	if err != nil {
 		return err

@@ -59,6 +59,11 @@ type Options struct {
 	RateTableMax int
 	// MaxEnrolments caps live enrolments. Default mbx.MaxEnrolments.
 	MaxEnrolments int64
+	// MaxRelayItems and MaxRelayBytes cap what all queues hold together; past them pushes get
+	// rejected:quota:relay (retryable). Zero or negative: no relay-wide limit (Serve derives
+	// them from the store disk's free space at start, see DiskShare).
+	MaxRelayItems int64
+	MaxRelayBytes int64
 	// MaxWait caps the long-poll wait of a pull (GET /v2/relay/items?wait=seconds); longer waits
 	// are cut to it, and /v2/relay/info announces it as limits.max_wait. Default DefaultMaxWait;
 	// negative disables long polling (every pull answers at once).
@@ -120,8 +125,10 @@ type Server struct {
 	// budget and inflight bound the request bodies in flight (admission.go).
 	budget   *budget
 	inflight *inflight
-	met      *Metrics
-	ops      opsState
+	// cap holds the relay-wide limits (capacity.go).
+	cap *capacity
+	met *Metrics
+	ops opsState
 }
 
 // New makes a Server over store, whose relay key must be opt.Key (the store is bound to the key
@@ -247,6 +254,8 @@ func New(ctx context.Context, store Store, opt Options) (*Server, error) {
 			}
 		})
 	}
+	s.cap = &capacity{store: store, maxItems: opt.MaxRelayItems, maxBytes: opt.MaxRelayBytes}
+	s.cap.reload(ctx, opt.Clock())
 	s.routes()
 	return s, nil
 }

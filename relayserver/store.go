@@ -58,6 +58,9 @@ type Store interface {
 	// wire bytes in total. More reports whether items remain after the page.
 	Pull(ctx context.Context, target string, after int64, limit int, maxBytes int64) (Page, error)
 
+	// Totals returns what the queues of all targets hold together.
+	Totals(ctx context.Context) (Counts, error)
+
 	// Close waits for pending updates and releases the store.
 	Close() error
 }
@@ -69,6 +72,14 @@ type Store interface {
 // that key, or all of them, and each reads again. cancel ends the subscription.
 type Notifier interface {
 	Subscribe(fn func(target string)) (cancel func())
+}
+
+// SpaceReporter is implemented by a Store that can run short of disk space. SpaceLow reports
+// that a write failed for want of space and the store has released its reserve to keep deletes
+// working; it turns false once enough space is free again. The relay refuses pushes while it is
+// true, so acks and the sweep can free space.
+type SpaceReporter interface {
+	SpaceLow() bool
 }
 
 // Tx is the write side of a Store, valid only inside the Update callback that received it.

@@ -41,6 +41,7 @@ func (s *Server) Sweep(ctx context.Context) (mbx.SweepReport, error) {
 	if err != nil {
 		return rep, fmt.Errorf("relayserver: sweep: %w", err)
 	}
+	s.cap.free()
 	for _, k := range woken {
 		s.polls.wake(k)
 	}

@@ -14,6 +14,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/agentmbx/agentmbx/internal/fsutil"
 	"github.com/agentmbx/agentmbx/relayserver"
 	_ "modernc.org/sqlite" // the "sqlite" database/sql driver
 )
@@ -38,6 +39,12 @@ type Options struct {
 	Logger *slog.Logger
 	// Readers is the number of read connections. Default 4.
 	Readers int
+	// Ballast is the size of the reserve file (relay.ballast) released when a write finds the
+	// disk full, so that deletes still have room. Default DefaultBallast; negative keeps none.
+	Ballast int64
+	// FreeSpace reports the free bytes of the disk holding a directory (injected for tests).
+	// Default fsutil.FreeSpace.
+	FreeSpace func(dir string) (int64, bool)
 }
 
 // Store is the SQLite implementation of relayserver.Store: one database file in WAL mode with
@@ -52,6 +59,7 @@ type Store struct {
 	log    *slog.Logger
 	rand   io.Reader
 	w      *writer
+	space  *space
 	closeM sync.Mutex
 	closed bool
 }
@@ -83,6 +91,12 @@ func Open(ctx context.Context, dir string, opts *Options) (*Store, error) {
 	if o.Readers <= 0 {
 		o.Readers = 4
 	}
+	if o.Ballast == 0 {
+		o.Ballast = DefaultBallast
+	}
+	if o.FreeSpace == nil {
+		o.FreeSpace = fsutil.FreeSpace
+	}
 	if err := prepareDir(dir, o.Logger); err != nil {
 		return nil, fmt.Errorf("sqlitestore: open %s: %w", dir, err)
 	}
@@ -90,7 +104,15 @@ func Open(ctx context.Context, dir string, opts *Options) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("sqlitestore: open %s: %w", dir, err)
 	}
-	s := &Store{dir: dir, lock: lock, log: o.Logger, rand: o.Rand}
+	s := &Store{dir: dir, lock: lock, log: o.Logger, rand: o.Rand,
+		space: &space{size: max(o.Ballast, 0), free: o.FreeSpace}}
+	if o.Ballast > 0 {
+		s.space.path = filepath.Join(dir, BallastFile)
+		if err := s.space.ensure(); err != nil {
+			s.space.hitFull()
+			s.log.Error("no room for the store's ballast: pushes refused until space returns", "dir", dir, "err", err)
+		}
+	}
 	ok := false
 	defer func() {
 		if !ok {
@@ -171,7 +193,7 @@ func (s *Store) Stats() Stats {
 
 // Update implements relayserver.Store.
 func (s *Store) Update(ctx context.Context, fn func(relayserver.Tx) error) error {
-	return s.w.submit(ctx, fn)
+	return s.noteFull(s.w.submit(ctx, fn))
 }
 
 // migrate creates or upgrades the schema in one immediate transaction.

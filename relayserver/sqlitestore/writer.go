@@ -192,7 +192,7 @@ func (w *writer) group(first *writeReq) {
 	}
 	if broken != nil {
 		_, _ = w.q.ExecContext(bg, "ROLLBACK")
-		w.finish(batch, fmt.Errorf("%v: %w", broken, relayserver.ErrCommit))
+		w.finish(batch, fmt.Errorf("%w: %w", broken, relayserver.ErrCommit))
 		return
 	}
 	err = failpoint.Inject(FailBeforeCommit)
@@ -204,7 +204,7 @@ func (w *writer) group(first *writeReq) {
 	}
 	if err != nil {
 		_, _ = w.q.ExecContext(bg, "ROLLBACK")
-		w.finish(batch, fmt.Errorf("commit: %v: %w", err, relayserver.ErrCommit))
+		w.finish(batch, fmt.Errorf("commit: %w: %w", err, relayserver.ErrCommit))
 		return
 	}
 	_ = failpoint.Inject(FailAfterCommit)
@@ -221,7 +221,7 @@ func (w *writer) group(first *writeReq) {
 // begin opens the group's transaction; with savepoints every unit runs in one of its own.
 func (w *writer) begin(savepoints bool) (*tx, error) {
 	if _, err := w.q.ExecContext(bg, "BEGIN IMMEDIATE"); err != nil {
-		return nil, fmt.Errorf("begin: %v: %w", err, relayserver.ErrCommit)
+		return nil, fmt.Errorf("begin: %w: %w", err, relayserver.ErrCommit)
 	}
 	return &tx{q: w.q, savepoints: savepoints, keys: &w.keys}, nil
 }

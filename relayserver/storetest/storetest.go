@@ -50,6 +50,7 @@ var cases = []struct {
 	{"BindRelayKey", testBindRelayKey},
 	{"RotateEpochAndHeartbeat", testRotateEpochAndHeartbeat},
 	{"ChallengeSecretIsMadeOnce", testChallengeSecret},
+	{"TotalsOfAllQueues", testTotals},
 	{"ClosedStoreRefusesUpdates", testClosedStoreRefusesUpdates},
 }
 

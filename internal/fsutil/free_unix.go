@@ -1,0 +1,15 @@
+//go:build linux || darwin || freebsd
+
+package fsutil
+
+import "syscall"
+
+// FreeSpace returns the bytes an unprivileged writer may still use on the file system holding
+// dir, and whether it could tell.
+func FreeSpace(dir string) (int64, bool) {
+	var st syscall.Statfs_t
+	if err := syscall.Statfs(dir, &st); err != nil {
+		return 0, false
+	}
+	return int64(st.Bavail) * int64(st.Bsize), true // the field types differ by OS
+}
