@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/agentmbx/agentmbx/internal/testkit"
 	"github.com/agentmbx/agentmbx/mbx"
 	"github.com/agentmbx/agentmbx/relayserver"
 	"github.com/agentmbx/agentmbx/relayserver/sqlitestore"
@@ -49,7 +50,7 @@ func fillDisk(t *testing.T, dir string) string {
 // is intact. Bounded: a few pushes of 64 KiB on an 8 MiB tmpfs.
 func TestDiskFullOnTmpfs(t *testing.T) {
 	mnt := mountTmpfs(t, "8m")
-	r := &relay{t: t, dir: mnt, key: keyFor(t, 0), clock: &clock{t: t0},
+	r := &relay{t: t, dir: mnt, key: keyFor(t, 0), clock: testkit.NewClock(t0),
 		sopts: sqlitestore.Options{Ballast: 1 << 20},
 		opts:  func(o *relayserver.Options) { o.PushesPerMinute = -1 }}
 	r.start()
