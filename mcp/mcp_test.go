@@ -137,6 +137,7 @@ func fails(t *testing.T, cs *sdk.ClientSession, name string, args any, want ...s
 	if !res.IsError {
 		t.Fatalf("%s(%v) succeeded (%q), want a tool error", name, args, text(res))
 	}
+	t.Logf("%s(%v): %s", name, args, text(res))
 	for _, w := range want {
 		if !strings.Contains(text(res), w) {
 			t.Errorf("%s(%v) error %q does not say %q", name, args, text(res), w)
@@ -374,6 +375,14 @@ func TestBadInputIsAToolErrorThatSaysWhatToFix(t *testing.T) {
 		{"mbx_thread", map[string]any{}, []string{"id"}},
 		{"mbx_sent", map[string]any{"id": okID}, []string{"did not send"}},
 		{"mbx_reply", map[string]any{"id": okID, "body": "x"}, []string{"not found"}},
+		{"mbx_reply", map[string]any{"id": okID}, []string{"body"}},
+		{"mbx_whoami", map[string]any{"as": "bob"}, []string{"as"}},
+		{"mbx_agents", map[string]any{"all": true}, []string{"all"}},
+		{"mbx_inbox", map[string]any{"since": "yesterday"}, []string{"since", "pattern"}},
+		{"mbx_inbox", map[string]any{"all": "yes"}, []string{"all"}},
+		{"mbx_wait", map[string]any{"timeout_s": -1}, []string{"timeout_s", "minimum"}},
+		{"mbx_sent", map[string]any{}, []string{"id"}},
+		{"mbx_ack", map[string]any{"id": okID}, []string{"not found"}},
 	} {
 		fails(t, cs, c.tool, c.args, c.want...)
 	}

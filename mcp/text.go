@@ -239,5 +239,8 @@ func explain(err error) error {
 	if errors.As(err, &h) && h.Hint() != "" {
 		return fmt.Errorf("%w (%s)", err, h.Hint())
 	}
+	if api.CodeOf(err) == api.CodeNotFound {
+		return fmt.Errorf("%w (mbx_inbox {\"all\": true} lists your mail, mbx_search finds it by words; mbx_sent takes only ids this host sent)", err)
+	}
 	return err
 }
