@@ -294,6 +294,7 @@ func (s *Server) routes() {
 	m.HandleFunc("POST /v1/relay/enc-key", s.handlePublishEncKey)
 	m.HandleFunc("GET /v1/relay/enc-key", s.handleGetEncKey)
 	m.HandleFunc("POST /v2/relay/rotate", s.handleRotate)
+	s.routesV1(m)
 	s.opsRoutes(m)
 	m.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		s.writeJSON(w, http.StatusNotFound, mbx.ErrorResponse{Error: "no such endpoint"})

@@ -30,9 +30,6 @@ func vectorFile(t *testing.T, name string) []byte {
 	return b
 }
 
-// servesV1 says whether this relay serves the v1 message endpoints (docs/design.md: Compatibility).
-const servesV1 = false
-
 // TestRelayHopVectors replays the relay's verdicts of relay_hop.json through the server: a hop the
 // original accepted is authenticated, one it refused is answered 401 or 403.
 func TestRelayHopVectors(t *testing.T) {
@@ -79,9 +76,6 @@ func TestRelayHopVectors(t *testing.T) {
 			enrolled = true
 		}
 		t.Run(c.Name, func(t *testing.T) {
-			if strings.HasPrefix(c.RequestURL, "/v1/relay/messages") && !servesV1 {
-				t.Skip("the v1 message endpoints are not served")
-			}
 			r.clock.Set(time.UnixMilli(c.NowMS))
 			req, _ := http.NewRequest(c.Method, r.ts.URL+c.RequestURL, strings.NewReader(c.Body))
 			for k, v := range c.Headers {
