@@ -1,7 +1,7 @@
 GO ?= go
 FUZZTIME ?= 5s
 
-.PHONY: build install demo test vet fmt fuzz bench
+.PHONY: build install demo test vet fmt fuzz bench release cross
 
 # The version stamp: git describe and the commit (internal/version reads them).
 VERSION_PKG := github.com/agentmbx/agentmbx/internal/version
@@ -41,3 +41,20 @@ fuzz:
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./...
+
+# Release builds: static binaries (CGO_ENABLED=0; the SQLite driver is pure Go) for every
+# platform we ship, in dist/, with SHA256SUMS. `make cross` runs the same builds and discards
+# them (what CI runs: every platform keeps compiling).
+PLATFORMS := linux/amd64 linux/arm64 darwin/amd64 darwin/arm64
+RELEASE_VERSION ?= $(GIT_DESC)
+
+release:
+	@set -e; mkdir -p dist; for p in $(PLATFORMS); do os=$${p%/*}; arch=$${p#*/}; \
+	  out=dist/agentmbx-$(RELEASE_VERSION)-$$os-$$arch; echo "build $$out"; \
+	  CGO_ENABLED=0 GOOS=$$os GOARCH=$$arch $(GO) build -trimpath -ldflags "-s -w $(LDFLAGS)" -o $$out ./cmd/agentmbx; \
+	done; cd dist && sha256sum agentmbx-$(RELEASE_VERSION)-* > SHA256SUMS
+
+cross:
+	@set -e; for p in $(PLATFORMS); do os=$${p%/*}; arch=$${p#*/}; echo "cross-compile $$os/$$arch"; \
+	  CGO_ENABLED=0 GOOS=$$os GOARCH=$$arch $(GO) build -trimpath -o /dev/null ./cmd/agentmbx; \
+	done

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"log/slog"
 	"os"
 	"os/signal"
 	"syscall"
@@ -14,8 +13,9 @@ import (
 
 func newDaemonCmd() *cobra.Command {
 	var (
-		home, listen, addrFile, logLevel string
-		tick                             time.Duration
+		home, listen, addrFile string
+		tick                   time.Duration
+		lf                     logFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "daemon [--listen ADDR] [--tick DURATION] [--addr-file FILE]",
@@ -26,7 +26,8 @@ other command (and the client SDK) uses while it runs. SIGTERM or Ctrl-C stops i
 message whose send was answered survives even a SIGKILL.
 
 --listen overrides the address given at init (default ` + host.DefaultListen + `; port 0 picks a free
-one); --addr-file writes the bound address there once the daemon serves, for scripts and tests.`,
+one); --addr-file writes the bound address there once the daemon serves, for scripts and tests.
+--log-format json writes one JSON object a line. 'agentmbx daemon install' makes it a service.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			dir, err := host.ResolveHome(home)
@@ -36,11 +37,10 @@ one); --addr-file writes the bound address there once the daemon serves, for scr
 			if tick < 0 {
 				return usageErr("give a positive duration like 1s", "daemon: negative --tick")
 			}
-			var level slog.Level
-			if err := level.UnmarshalText([]byte(logLevel)); err != nil {
-				return usageErr("one of debug, info, warn, error", "daemon: bad --log-level %q", logLevel)
+			logger, err := lf.logger(cmd.ErrOrStderr(), "daemon")
+			if err != nil {
+				return err
 			}
-			logger := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: level}))
 			// The daemon stops on SIGTERM and Ctrl-C whoever runs it.
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
@@ -53,6 +53,7 @@ one); --addr-file writes the bound address there once the daemon serves, for scr
 	cmd.Flags().StringVar(&listen, "listen", "", "LAN listen address (default: the one given at init, else "+host.DefaultListen+")")
 	cmd.Flags().DurationVar(&tick, "tick", 0, "how often the delivery loops look for due work (default: the host's)")
 	cmd.Flags().StringVar(&addrFile, "addr-file", "", "write the bound LAN address to this file once serving")
-	cmd.Flags().StringVar(&logLevel, "log-level", "info", "log level on standard error: debug, info, warn or error")
+	addLogFlags(cmd, &lf)
+	cmd.AddCommand(newDaemonInstallCmd())
 	return cmd
 }

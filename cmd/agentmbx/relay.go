@@ -33,6 +33,7 @@ any restore made another way (a volume snapshot, a file copy) needs before the r
 	}
 	cmd.AddCommand(newRelayServeCmd(), newRelayKeygenCmd(), newRelayInfoCmd(),
 		newRelayBackupCmd(), newRelayRestoreCmd(), newRelayRotateEpochCmd(), newRelayBenchCmd())
+	cmd.AddCommand(newRelayHealthcheckCmd())
 	cmd.AddCommand(relayHostCommands()...)
 	return cmd
 }
@@ -81,7 +82,10 @@ private listener; or set $` + envMetricsToken + ` to serve /metrics on the main 
 requests with "Authorization: Bearer <token>". Metrics are off by default. Logs go to standard
 error as text or, with --log-format json, one JSON object a line; each request's log lines carry
 its request id (X-Request-Id). SIGTERM drains: /readyz turns 503, parked long polls answer, the
-listener stops accepting, requests in flight finish (10 s at most), then the store closes.`,
+listener stops accepting, requests in flight finish (10 s at most), then the store closes.
+
+$` + envRelayKeyFile + ` names a file holding the key (a Docker secret, a systemd credential), read
+when $` + relayserver.EnvRelayKey + ` is not set.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			db = relayDB(db)
@@ -105,6 +109,10 @@ listener stops accepting, requests in flight finish (10 s at most), then the sto
 			if err != nil {
 				return err
 			}
+			getenv, err := relayKeyEnv()
+			if err != nil {
+				return err
+			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			tlsConf, err := tf.config(storeDir)
@@ -123,6 +131,7 @@ listener stops accepting, requests in flight finish (10 s at most), then the sto
 				AddrFile:  addrFile,
 				Open:      openRelayStore(log, db != ""),
 				KeyLoaded: func(pub string) { relayPub = pub },
+				Getenv:    getenv,
 				Ready: func(addr string) {
 					if lf.json() { // standard error carries only JSON lines
 						fp := mbx.Fingerprint(relayPub)

@@ -1,0 +1,293 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/xml"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"os/user"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"text/template"
+
+	"github.com/spf13/cobra"
+
+	"github.com/agentmbx/agentmbx/host"
+)
+
+// unitName and launchdLabel name the daemon's service.
+const (
+	unitName     = "agentmbx.service"
+	launchdLabel = "com.agentmbx.daemon"
+)
+
+// serviceSpec is what a daemon service file says.
+type serviceSpec struct {
+	OS   string // linux or darwin
+	User bool   // a per-user service (systemd --user, a LaunchAgent); else a system one
+	Bin  string // absolute path of the agentmbx binary
+	Home string // the host home
+	// Account runs a system service (systemd User=, launchd UserName).
+	Account string
+	// LogFile is where launchd sends the daemon's standard error.
+	LogFile string
+}
+
+// installPlan is what `daemon install` does: write Content to Path, then run Commands.
+type installPlan struct {
+	Path     string
+	Content  []byte
+	Commands [][]string
+}
+
+// systemdUnit is the daemon's systemd unit. A user unit runs in the user's manager; a system
+// unit runs as Account and may write only the host home.
+var systemdUnit = template.Must(template.New("unit").Funcs(template.FuncMap{"sd": systemdArg}).Parse(`# agentmbx host daemon{{if .User}}, a systemd user unit{{else}}, a systemd system unit{{end}}.
+# Written by 'agentmbx daemon install{{if .User}} --user{{end}}'{{if .User}}; 'loginctl enable-linger' keeps it running
+# without a login session{{end}}. Logs: journalctl {{if .User}}--user {{end}}-u agentmbx.
+[Unit]
+Description=agentmbx host daemon (mail between AI agents)
+Documentation=https://github.com/agentmbx/agentmbx#readme
+After=network-online.target
+Wants=network-online.target
+
+[Service]
+Type=simple
+ExecStart={{sd .Bin}} daemon --home {{sd .Home}} --log-format json
+Restart=on-failure
+RestartSec=5s
+# SIGTERM stops it cleanly: in-flight deliveries finish, the store closes.
+KillSignal=SIGTERM
+TimeoutStopSec=30s
+UMask=0077
+NoNewPrivileges=yes
+{{- if not .User}}
+User={{.Account}}
+PrivateTmp=yes
+ProtectSystem=strict
+ReadWritePaths={{sd .Home}}
+ProtectKernelTunables=yes
+ProtectKernelModules=yes
+ProtectControlGroups=yes
+RestrictSUIDSGID=yes
+LockPersonality=yes
+{{- end}}
+
+[Install]
+WantedBy={{if .User}}default.target{{else}}multi-user.target{{end}}
+`))
+
+// launchdPlist is the daemon's launchd job: a LaunchAgent (--user) or a LaunchDaemon run as
+// Account.
+var launchdPlist = template.Must(template.New("plist").Funcs(template.FuncMap{"x": xmlText}).Parse(`<?xml version="1.0" encoding="UTF-8"?>
+<!DOCTYPE plist PUBLIC "-//Apple//DTD PLIST 1.0//EN" "http://www.apple.com/DTDs/PropertyList-1.0.dtd">
+<!-- agentmbx host daemon, a launchd {{if .User}}LaunchAgent{{else}}LaunchDaemon{{end}}, as 'agentmbx daemon install' writes it. -->
+<plist version="1.0">
+<dict>
+	<key>Label</key>
+	<string>` + launchdLabel + `</string>
+	<key>ProgramArguments</key>
+	<array>
+		<string>{{x .Bin}}</string>
+		<string>daemon</string>
+		<string>--home</string>
+		<string>{{x .Home}}</string>
+		<string>--log-format</string>
+		<string>json</string>
+	</array>
+{{- if not .User}}
+	<key>UserName</key>
+	<string>{{x .Account}}</string>
+{{- end}}
+	<key>RunAtLoad</key>
+	<true/>
+	<key>KeepAlive</key>
+	<dict>
+		<key>SuccessfulExit</key>
+		<false/>
+	</dict>
+	<key>ProcessType</key>
+	<string>Background</string>
+	<key>ExitTimeOut</key>
+	<integer>30</integer>
+	<key>Umask</key>
+	<integer>63</integer>
+	<key>StandardErrorPath</key>
+	<string>{{x .LogFile}}</string>
+</dict>
+</plist>
+`))
+
+// systemdArg quotes one ExecStart argument: % doubled (systemd specifiers), and double quotes
+// around anything with a space, quote or backslash. A leading %h (the deploy file's home) stays
+// a specifier.
+func systemdArg(s string) string {
+	spec := strings.HasPrefix(s, "%h/")
+	if spec {
+		s = s[2:]
+	}
+	s = strings.ReplaceAll(s, "%", "%%")
+	if spec {
+		s = "%h" + s
+	}
+	if strings.ContainsAny(s, " \t\"'\\") {
+		s = `"` + strings.NewReplacer(`\`, `\\`, `"`, `\"`).Replace(s) + `"`
+	}
+	return s
+}
+
+func xmlText(s string) string {
+	var b bytes.Buffer
+	_ = xml.EscapeText(&b, []byte(s))
+	return b.String()
+}
+
+// plan returns what installing spec writes and runs; dir, when set, replaces the system's
+// location of the file and nothing is run.
+func plan(spec serviceSpec, userHome, dir string, uid int) (installPlan, error) {
+	var p installPlan
+	var buf bytes.Buffer
+	switch spec.OS {
+	case "linux":
+		if err := systemdUnit.Execute(&buf, spec); err != nil {
+			return p, err
+		}
+		p.Path = filepath.Join("/etc/systemd/system", unitName)
+		sc := []string{"systemctl"}
+		if spec.User {
+			p.Path = filepath.Join(userHome, ".config/systemd/user", unitName)
+			sc = append(sc, "--user")
+		}
+		p.Commands = [][]string{append(append([]string{}, sc...), "daemon-reload"),
+			append(append([]string{}, sc...), "enable", "--now", unitName)}
+	case "darwin":
+		if err := launchdPlist.Execute(&buf, spec); err != nil {
+			return p, err
+		}
+		domain := "system"
+		p.Path = filepath.Join("/Library/LaunchDaemons", launchdLabel+".plist")
+		if spec.User {
+			domain = "gui/" + strconv.Itoa(uid)
+			p.Path = filepath.Join(userHome, "Library/LaunchAgents", launchdLabel+".plist")
+		}
+		p.Commands = [][]string{{"launchctl", "bootstrap", domain, p.Path},
+			{"launchctl", "enable", domain + "/" + launchdLabel}}
+	default:
+		return p, usageErr("daemon install knows linux (systemd) and darwin (launchd)", "daemon install: no service manager for %s", spec.OS)
+	}
+	p.Content = buf.Bytes()
+	if dir != "" {
+		p.Path = filepath.Join(dir, filepath.Base(p.Path))
+		p.Commands = nil
+	}
+	return p, nil
+}
+
+func newDaemonInstallCmd() *cobra.Command {
+	var (
+		home, bin, dir, goos string
+		asUser, dryRun       bool
+	)
+	cmd := &cobra.Command{
+		Use:   "install [--user] [--dry-run] [--dir DIR] [--bin PATH]",
+		Short: "Install the daemon as a service that starts at boot or login (systemd, launchd)",
+		Long: `Write the daemon's service file for this system and enable it, printing what it did.
+
+Linux: a systemd unit, agentmbx.service; with --user a user unit in ~/.config/systemd/user, run by
+'systemctl --user enable --now' (run 'loginctl enable-linger $USER' to keep it running while you
+are logged out); without --user a system unit in /etc/systemd/system that runs the daemon as you
+(needs root), hardened: it may write only the host home. macOS: a launchd job,
+com.agentmbx.daemon; with --user a LaunchAgent in ~/Library/LaunchAgents, else a LaunchDaemon in
+/Library/LaunchDaemons (needs root), loaded with 'launchctl bootstrap'.
+
+The service runs this binary (or --bin) with this host home (--home, $MBX_HOME or the default)
+and JSON logs. --dry-run prints the file and the commands without touching anything; --dir DIR
+writes the file into DIR and runs nothing (to inspect it, or to package it).`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			spec, userHome, uid, err := installSpec(home, bin, goos, asUser)
+			if err != nil {
+				return err
+			}
+			p, err := plan(spec, userHome, dir, uid)
+			if err != nil {
+				return err
+			}
+			return runPlan(cmd.Context(), cmd.OutOrStdout(), p, dryRun)
+		},
+	}
+	addHomeFlag(cmd, &home)
+	cmd.Flags().BoolVar(&asUser, "user", false, "install a per-user service (systemd --user, a LaunchAgent) instead of a system one")
+	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "print the service file and the commands; change nothing")
+	cmd.Flags().StringVar(&dir, "dir", "", "write the service file into this directory and run nothing")
+	cmd.Flags().StringVar(&bin, "bin", "", "the agentmbx binary the service runs (default: this one)")
+	cmd.Flags().StringVar(&goos, "os", runtime.GOOS, "the system to write for: linux or darwin")
+	return cmd
+}
+
+// installSpec gathers the service's paths and account.
+func installSpec(home, bin, goos string, asUser bool) (serviceSpec, string, int, error) {
+	spec := serviceSpec{OS: goos, User: asUser}
+	var err error
+	if spec.Home, err = host.ResolveHome(home); err != nil {
+		return spec, "", 0, err
+	}
+	if spec.Home, err = filepath.Abs(spec.Home); err != nil {
+		return spec, "", 0, err
+	}
+	if bin == "" {
+		if bin, err = os.Executable(); err != nil {
+			return spec, "", 0, fmt.Errorf("daemon install: this binary's path: %w (pass --bin)", err)
+		}
+		if resolved, err := filepath.EvalSymlinks(bin); err == nil {
+			bin = resolved
+		}
+	}
+	if spec.Bin, err = filepath.Abs(bin); err != nil {
+		return spec, "", 0, err
+	}
+	u, err := user.Current()
+	if err != nil {
+		return spec, "", 0, fmt.Errorf("daemon install: current user: %w", err)
+	}
+	spec.Account = u.Username
+	spec.LogFile = filepath.Join(spec.Home, "daemon.log")
+	uid, _ := strconv.Atoi(u.Uid)
+	return spec, u.HomeDir, uid, nil
+}
+
+// runPlan writes the file and runs the commands (or, dry, prints them), saying what it did.
+func runPlan(ctx context.Context, out io.Writer, p installPlan, dry bool) error {
+	if dry {
+		fmt.Fprintf(out, "would write %s:\n%s", p.Path, p.Content)
+		for _, c := range p.Commands {
+			fmt.Fprintf(out, "would run: %s\n", strings.Join(c, " "))
+		}
+		return nil
+	}
+	if err := os.MkdirAll(filepath.Dir(p.Path), 0o755); err != nil {
+		return fmt.Errorf("daemon install: %w", err)
+	}
+	if err := os.WriteFile(p.Path, p.Content, 0o644); err != nil {
+		return fmt.Errorf("daemon install: %w", err)
+	}
+	fmt.Fprintf(out, "wrote %s\n", p.Path)
+	if len(p.Commands) == 0 {
+		fmt.Fprintln(out, "ran nothing (--dir)")
+	}
+	for _, c := range p.Commands {
+		fmt.Fprintf(out, "running: %s\n", strings.Join(c, " "))
+		run := exec.CommandContext(ctx, c[0], c[1:]...)
+		run.Stdout, run.Stderr = out, out
+		if err := run.Run(); err != nil {
+			return hint(fmt.Errorf("daemon install: %s: %w", strings.Join(c, " "), err),
+				"the file is written; fix the cause and run the command again")
+		}
+	}
+	return nil
+}
