@@ -2,11 +2,13 @@ package relayserver
 
 import (
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/agentmbx/agentmbx/mbx"
@@ -56,15 +58,73 @@ func (s *Server) handlePull(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, fmt.Errorf("pull: %w", err))
 		return
 	}
-	resp := mbx.PullResponse{Epoch: s.epoch, HeadSeq: page.HeadSeq, Items: make([]mbx.PullItem, len(page.Items)),
+	s.met.pulled(len(page.Items))
+	bp := pullBufs.Get().(*[]byte)
+	b, ok := appendPullJSON((*bp)[:0], s.epoch, after, page)
+	if ok {
+		writeRawJSON(w, http.StatusOK, b)
+	} else {
+		s.writeJSON(w, http.StatusOK, pullResponse(s.epoch, after, page))
+	}
+	if cap(b) <= 4<<20 { // a huge page's buffer is not kept
+		*bp = b[:0]
+		pullBufs.Put(bp)
+	}
+}
+
+// pullBufs are the buffers pull answers are written into.
+var pullBufs = sync.Pool{New: func() any { return new([]byte) }}
+
+// pullResponse is the answer to a pull that read page after the seq after.
+func pullResponse(epoch string, after int64, page Page) mbx.PullResponse {
+	resp := mbx.PullResponse{Epoch: epoch, HeadSeq: page.HeadSeq, Items: make([]mbx.PullItem, len(page.Items)),
 		LastSeq: after, More: page.More}
 	for i, it := range page.Items {
 		resp.Items[i] = mbx.PullItem{Seq: it.Seq, Kind: string(it.Kind), ItemID: it.ItemID,
 			SenderPubkey: it.Sender, WireB64: mbx.B64(it.Wire)}
 		resp.LastSeq = it.Seq
 	}
-	s.met.pulled(len(page.Items))
-	s.writeJSON(w, http.StatusOK, resp)
+	return resp
+}
+
+// appendPullJSON appends the JSON of pullResponse(epoch, after, page) to buf without reflection,
+// byte for byte as writeJSON would write it, the wires base64-encoded straight into buf. ok is
+// false when a string needs escaping; the caller then takes the generic encoder.
+func appendPullJSON(buf []byte, epoch string, after int64, page Page) ([]byte, bool) {
+	if !plainJSON(epoch) {
+		return buf, false
+	}
+	last := after
+	buf = append(append(append(buf, `{"epoch":"`...), epoch...), `","head_seq":`...)
+	buf = strconv.AppendInt(buf, page.HeadSeq, 10)
+	buf = append(buf, `,"items":[`...)
+	for i, it := range page.Items {
+		if !plainJSON(string(it.Kind)) || !plainJSON(it.ItemID) || !plainJSON(it.Sender) {
+			return buf, false
+		}
+		if i > 0 {
+			buf = append(buf, ',')
+		}
+		buf = strconv.AppendInt(append(buf, `{"seq":`...), it.Seq, 10)
+		buf = append(append(append(buf, `,"kind":"`...), it.Kind...), `","item_id":"`...)
+		buf = append(append(append(buf, it.ItemID...), `","sender_pubkey":"`...), it.Sender...)
+		buf = base64.StdEncoding.AppendEncode(append(buf, `","wire_b64":"`...), it.Wire)
+		buf = append(buf, `"}`...)
+		last = it.Seq
+	}
+	buf = strconv.AppendInt(append(buf, `],"last_seq":`...), last, 10)
+	buf = strconv.AppendBool(append(buf, `,"more":`...), page.More)
+	return append(buf, '}'), true
+}
+
+// plainJSON reports whether s is printable ASCII that no JSON encoder escapes.
+func plainJSON(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c > 0x7e || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
+			return false
+		}
+	}
+	return true
 }
 
 // pullWait reads a page of key's queue; when it is empty and wait > 0 it parks until an item for

@@ -346,19 +346,22 @@ func (s *Server) publicJSON(w http.ResponseWriter, r *http.Request, v any) bool 
 	return true
 }
 
-// jsonBufs are the response buffers writeJSON reuses.
+// jsonBufs are the response buffers the JSON writers reuse.
 var jsonBufs = sync.Pool{New: func() any { return new(bytes.Buffer) }}
+
+// putJSONBuf returns buf to jsonBufs, unless a huge answer grew it.
+func putJSONBuf(buf *bytes.Buffer) {
+	if buf.Cap() <= 1<<20 {
+		buf.Reset()
+		jsonBufs.Put(buf)
+	}
+}
 
 // writeJSON writes v as the response, without Go's HTML escaping (bytes as JSON.stringify would
 // write them).
 func (s *Server) writeJSON(w http.ResponseWriter, status int, v any) {
 	buf := jsonBufs.Get().(*bytes.Buffer)
-	defer func() {
-		if buf.Cap() <= 1<<20 { // a huge page's buffer is not kept
-			buf.Reset()
-			jsonBufs.Put(buf)
-		}
-	}()
+	defer putJSONBuf(buf)
 	enc := json.NewEncoder(buf)
 	enc.SetEscapeHTML(false)
 	if err := enc.Encode(v); err != nil {
@@ -366,7 +369,11 @@ func (s *Server) writeJSON(w http.ResponseWriter, status int, v any) {
 		http.Error(w, `{"error":"internal error"}`, http.StatusInternalServerError)
 		return
 	}
-	b := bytes.TrimSuffix(buf.Bytes(), []byte("\n"))
+	writeRawJSON(w, status, bytes.TrimSuffix(buf.Bytes(), []byte("\n")))
+}
+
+// writeRawJSON writes b, a JSON value, as the response.
+func writeRawJSON(w http.ResponseWriter, status int, b []byte) {
 	h := w.Header()
 	h.Set("Content-Type", "application/json")
 	h.Set("Content-Length", strconv.Itoa(len(b)))

@@ -68,86 +68,88 @@ func (s *Store) Head(ctx context.Context, target string) (relayserver.Head, erro
 	return h, nil
 }
 
-// Pull implements relayserver.Store. It reads in one transaction: sizes first (never touching
-// the wire columns), to cut the page, then the wires of the page only.
+// Pull implements relayserver.Store. It reads in one read transaction, with the pool's prepared
+// statements: the head, then the page in one pass that stops at the first item past the limits
+// (so at most one wire beyond the page is read).
 func (s *Store) Pull(ctx context.Context, target string, after int64, limit int, maxBytes int64) (relayserver.Page, error) {
+	p, err := s.pull(ctx, target, after, max(limit, 1), maxBytes)
+	if err != nil {
+		return relayserver.Page{}, fmt.Errorf("sqlitestore: pull: %w", err)
+	}
+	return p, nil
+}
+
+func (s *Store) pull(ctx context.Context, target string, after int64, limit int, maxBytes int64) (relayserver.Page, error) {
 	var p relayserver.Page
-	if limit < 1 {
-		limit = 1
-	}
-	conn, err := s.db.Conn(ctx)
+	sqlTx, err := s.db.BeginTx(ctx, nil)
 	if err != nil {
-		return p, fmt.Errorf("sqlitestore: pull: %w", err)
+		return p, err
 	}
-	defer conn.Close()
-	if _, err := conn.ExecContext(ctx, "BEGIN"); err != nil {
-		return p, fmt.Errorf("sqlitestore: pull: %w", err)
+	defer sqlTx.Rollback() //nolint:errcheck // read only
+	q := txStmts{tx: sqlTx, stmts: s.rq}
+	if p.Head, err = getHead(ctx, q, target); err != nil {
+		return p, err
 	}
-	defer func() { _, _ = conn.ExecContext(context.Background(), "ROLLBACK") }()
-	if p.Head, err = getHead(ctx, conn, target); err != nil {
-		return p, fmt.Errorf("sqlitestore: pull: %w", err)
+	tid, err := s.rk.id(ctx, q, target)
+	if err != nil || tid == 0 {
+		return p, err // no id: a key the store never queued for
 	}
-	tid, err := s.rk.id(ctx, conn, target)
+	rows, err := q.QueryContext(ctx, `SELECT seq, bytes, kind, item_id, sender, wire_hash, accepted_at,
+	expires_at, wire FROM items WHERE target = ? AND seq > ? ORDER BY seq LIMIT ?`, tid, after, limit+1)
 	if err != nil {
-		return p, fmt.Errorf("sqlitestore: pull: %w", err)
-	}
-	if tid == 0 {
-		return p, nil // a key the store never queued for
-	}
-	rows, err := conn.QueryContext(ctx, `SELECT seq, bytes FROM items WHERE target = ? AND seq > ?
-ORDER BY seq LIMIT ?`, tid, after, limit+1)
-	if err != nil {
-		return p, fmt.Errorf("sqlitestore: pull: %w", err)
-	}
-	var n int
-	var total, last int64
-	for rows.Next() {
-		var seq, b int64
-		if err := rows.Scan(&seq, &b); err != nil {
-			rows.Close()
-			return p, fmt.Errorf("sqlitestore: pull: %w", err)
-		}
-		if n == limit || (n > 0 && total+b > maxBytes) {
-			p.More = true
-			break
-		}
-		n++
-		total += b
-		last = seq
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return p, fmt.Errorf("sqlitestore: pull: %w", err)
-	}
-	if n == 0 {
-		return p, nil
-	}
-	rows, err = conn.QueryContext(ctx, `SELECT seq, kind, item_id, sender, wire_hash, accepted_at,
-	expires_at, wire FROM items WHERE target = ? AND seq > ? AND seq <= ? ORDER BY seq`,
-		tid, after, last)
-	if err != nil {
-		return p, fmt.Errorf("sqlitestore: pull: %w", err)
+		return p, err
 	}
 	defer rows.Close()
-	p.Items = make([]relayserver.Item, 0, n)
+	var total int64
 	for rows.Next() {
 		it := relayserver.Item{Target: target}
 		var kind string
-		var sender, acc, exp int64
-		if err := rows.Scan(&it.Seq, &kind, &it.ItemID, &sender, hashCol{&it.WireHash}, &acc, &exp, &it.Wire); err != nil {
-			return p, fmt.Errorf("sqlitestore: pull: %w", err)
+		var n, sender, acc, exp int64
+		if err := rows.Scan(&it.Seq, &n, &kind, &it.ItemID, &sender, hashCol{&it.WireHash}, &acc, &exp, &it.Wire); err != nil {
+			return p, err
 		}
-		if it.Sender, err = s.rk.pub(ctx, conn, sender); err != nil {
-			return p, fmt.Errorf("sqlitestore: pull: %w", err)
+		if len(p.Items) == limit || (len(p.Items) > 0 && total+n > maxBytes) {
+			p.More = true
+			break
+		}
+		if it.Sender, err = s.rk.pub(ctx, q, sender); err != nil {
+			return p, err
 		}
 		it.Kind = relayserver.Kind(kind)
 		it.AcceptedAt, it.ExpiresAt = fromMS(acc), fromMS(exp)
+		if p.Items == nil {
+			p.Items = make([]relayserver.Item, 0, min(limit, 512))
+		}
 		p.Items = append(p.Items, it)
+		total += n
 	}
-	if err := rows.Err(); err != nil {
-		return p, fmt.Errorf("sqlitestore: pull: %w", err)
+	return p, rows.Err()
+}
+
+// txStmts runs the pool's prepared statements inside one read transaction.
+type txStmts struct {
+	tx    *sql.Tx
+	stmts *readStmts
+}
+
+func (q txStmts) ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error) {
+	return q.tx.ExecContext(ctx, query, args...)
+}
+
+func (q txStmts) QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error) {
+	st, err := q.stmts.stmt(ctx, query)
+	if err != nil {
+		return nil, err
 	}
-	return p, nil
+	return q.tx.StmtContext(ctx, st).QueryContext(ctx, args...)
+}
+
+func (q txStmts) QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row {
+	st, err := q.stmts.stmt(ctx, query)
+	if err != nil {
+		return q.tx.QueryRowContext(ctx, query, args...) // carries the error to Scan
+	}
+	return q.tx.StmtContext(ctx, st).QueryRowContext(ctx, args...)
 }
 
 // readStmts prepares each read statement once for the pool (database/sql prepares it on each
