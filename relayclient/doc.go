@@ -1,4 +1,4 @@
-// Package relayclient is the host's client of a relay's v2 API (docs/design.md: Relay identity and
+// Package relayclient is the host's client of a relay's v2 API (and, as a fallback, of a v1-only relay) (docs/design.md: Relay identity and
 // pinning, Push and acceptance, Receive checkpoint and ack, Enrolment and publications): discovery
 // and key pinning, enrolment, enc-key ads, the sender allowlist, key rotation, push with
 // accept-statement verification, pull and ack.
@@ -39,7 +39,8 @@
 //
 // # Caveats
 //
-// The client speaks v2 only: a relay that answers 404 to its info speaks v1 (ErrV1Only), and
-// using it is left to a v1 client. Requests are not followed across redirects: a signed hop is
+// Client speaks v2. A relay that answers 404 to its info speaks v1 only (ErrV1Only); Negotiate
+// tells the two apart and V1 (v1.go) is the fallback client, with what a v1 relay cannot promise
+// written down there: no accept statement, no epoch, no receipts, routing by name. Requests are not followed across redirects: a signed hop is
 // for one URL.
 package relayclient

@@ -13,15 +13,20 @@ import (
 // challenge). Enrolling an enrolled key again is harmless, so a caller enrols whenever the relay
 // answers ErrNotEnrolled or its epoch changed, then republishes its enc-key ad and sender list.
 func (c *Client) Enrol(ctx context.Context, ownerFP, proof string) error {
-	pub := c.key.PublicKey()
-	if err := mbx.CheckChallengeRequest(mbx.ChallengeRequest{Host: c.host, Pubkey: pub}); err != nil {
+	return enrol(ctx, c.do, c.host, c.key, ownerFP, proof)
+}
+
+// enrol is the challenge and answer of Enrol over do (a v2 or a v1 client's).
+func enrol(ctx context.Context, do func(context.Context, request) (answer, error), host string, key mbx.SigningKey, ownerFP, proof string) error {
+	pub := key.PublicKey()
+	if err := mbx.CheckChallengeRequest(mbx.ChallengeRequest{Host: host, Pubkey: pub}); err != nil {
 		return fmt.Errorf("relayclient: enrol: %w: %w", ErrInvalid, err)
 	}
-	body, err := marshal(mbx.ChallengeRequest{Host: c.host, Pubkey: pub})
+	body, err := marshal(mbx.ChallengeRequest{Host: host, Pubkey: pub})
 	if err != nil {
 		return fmt.Errorf("relayclient: enrol: %w", err)
 	}
-	a, err := c.do(ctx, request{op: "challenge", method: "POST", path: "/v1/relay/challenge", body: body, max: maxSmallAnswer})
+	a, err := do(ctx, request{op: "challenge", method: "POST", path: "/v1/relay/challenge", body: body, max: maxSmallAnswer})
 	if err != nil {
 		return err
 	}
@@ -32,7 +37,7 @@ func (c *Client) Enrol(ctx context.Context, ownerFP, proof string) error {
 	if ch.Challenge == "" || len(ch.Challenge) > 256 {
 		return fmt.Errorf("relayclient: challenge: %w: no usable challenge", ErrProtocol)
 	}
-	req, err := mbx.SignEnrolment(c.key, c.host, ch.Challenge, ownerFP)
+	req, err := mbx.SignEnrolment(key, host, ch.Challenge, ownerFP)
 	if err != nil {
 		return fmt.Errorf("relayclient: enrol: %w: %w", ErrInvalid, err)
 	}
@@ -41,7 +46,7 @@ func (c *Client) Enrol(ctx context.Context, ownerFP, proof string) error {
 	if err != nil {
 		return fmt.Errorf("relayclient: enrol: %w", err)
 	}
-	a, err = c.do(ctx, request{op: "enrol", method: "POST", path: "/v1/relay/enrol", body: body, max: maxSmallAnswer})
+	a, err = do(ctx, request{op: "enrol", method: "POST", path: "/v1/relay/enrol", body: body, max: maxSmallAnswer})
 	if err != nil {
 		return err
 	}

@@ -39,10 +39,15 @@ func (c *Client) PublishEncAd(ctx context.Context, encPub string, ttl time.Durat
 // PublishEncAdV1 publishes the unexpiring v1 ad {v:1, host, enc_pub} for senders older than the
 // v2 ads (POST /v1/relay/enc-key). Checked like PublishEncAd.
 func (c *Client) PublishEncAdV1(ctx context.Context, encPub string) error {
+	return publishEncAdV1(ctx, c.do, c.host, c.key, encPub)
+}
+
+// publishEncAdV1 is PublishEncAdV1 over do (a v2 or a v1 client's).
+func publishEncAdV1(ctx context.Context, do func(context.Context, request) (answer, error), host string, key mbx.SigningKey, encPub string) error {
 	if !mbx.ValidPublicKey(encPub) {
 		return fmt.Errorf("relayclient: publish v1 enc-key ad: %w: enc key is not a 32-byte key", ErrInvalid)
 	}
-	_, sig, err := mbx.SignEncAdV1(c.host, c.key, encPub)
+	_, sig, err := mbx.SignEncAdV1(host, key, encPub)
 	if err != nil {
 		return fmt.Errorf("relayclient: publish v1 enc-key ad: %w: %w", ErrInvalid, err)
 	}
@@ -50,7 +55,7 @@ func (c *Client) PublishEncAdV1(ctx context.Context, encPub string) error {
 	if err != nil {
 		return fmt.Errorf("relayclient: publish v1 enc-key ad: %w", err)
 	}
-	a, err := c.do(ctx, request{op: "publish v1 enc-key ad", method: "POST", path: "/v1/relay/enc-key", body: body, hop: true, max: maxSmallAnswer})
+	a, err := do(ctx, request{op: "publish v1 enc-key ad", method: "POST", path: "/v1/relay/enc-key", body: body, hop: true, max: maxSmallAnswer})
 	if err != nil {
 		return err
 	}
