@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"go.etcd.io/bbolt"
@@ -31,11 +32,7 @@ func (h *Host) InboxPage(ctx context.Context, req api.InboxRequest) (api.InboxPa
 		idx = bucketMbox
 	}
 	page, err := h.showPage(req.Agent, func(tx *bbolt.Tx) ([]string, int) {
-		ids := idsAfter(tx.Bucket(idx), req.Agent, req.Since)
-		if n := len(ids) - limit; n > 0 {
-			return ids[n:], n
-		}
-		return ids, 0
+		return lastAfter(tx.Bucket(idx), req.Agent, req.Since, limit)
 	})
 	if err != nil {
 		return api.InboxPage{}, fmt.Errorf("host: inbox of %s: %w", req.Agent, err)
@@ -98,6 +95,35 @@ func checkPage(agent string, limit int) (int, error) {
 		return 0, fmt.Errorf("%w: agent name %q", ErrInvalid, agent)
 	}
 	return pageSize(limit)
+}
+
+// lastAfter returns the last limit ids of agent's keys in an agent ‖ id bucket that sort after
+// since ("" for all), in order, and how many before them it left out. It walks from the end, so
+// the ids it leaves out are counted, not copied.
+func lastAfter(b *bbolt.Bucket, agent, since string, limit int) ([]string, int) {
+	p := prefix(agent)
+	c := b.Cursor()
+	k, _ := c.Seek(append(bytes.Clone(p), 0xff))
+	if k == nil {
+		k, _ = c.Last()
+	} else {
+		k, _ = c.Prev()
+	}
+	var ids []string
+	more := 0
+	for ; k != nil && bytes.HasPrefix(k, p); k, _ = c.Prev() {
+		id := string(k[len(p):])
+		if since != "" && id <= since {
+			break
+		}
+		if len(ids) < limit {
+			ids = append(ids, id)
+		} else {
+			more++
+		}
+	}
+	slices.Reverse(ids)
+	return ids, more
 }
 
 // idsAfter lists the ids of agent's keys in an agent ‖ id bucket that sort after since ("" for
