@@ -14,6 +14,7 @@ import (
 	"github.com/agentmbx/agentmbx/internal/logkey"
 	"github.com/agentmbx/agentmbx/mbx"
 	"github.com/agentmbx/agentmbx/outbox"
+	"github.com/agentmbx/agentmbx/relaylink"
 )
 
 // The outbox loop.
@@ -171,11 +172,15 @@ func (h *Host) sendHost(ctx context.Context, peer PeerRecord, rows []outbox.Row)
 	}
 	// The two transports go at the same time: a LAN address that swallows packets does not hold
 	// up the rows for the relay.
+	var relaySender outbox.Sender
+	if len(relay) > 0 { // then link is set
+		relaySender = h.relayPusher(link)
+	}
 	var wg sync.WaitGroup
 	for _, part := range []struct {
 		rows []outbox.Row
 		tr   outbox.Sender
-	}{{lan, h.senders[outbox.TransportLAN]}, {relay, &relayTransport{h: h, l: link}}} {
+	}{{lan, h.senders[outbox.TransportLAN]}, {relay, relaySender}} {
 		if len(part.rows) == 0 {
 			continue
 		}
@@ -230,7 +235,7 @@ func (h *Host) record(ctx context.Context, host string, rows []outbox.Row, out [
 				if cur, err = ob.Get(r.Key()); err != nil {
 					break
 				}
-				if verr := h.verifyAcceptance(cur, o); verr != nil {
+				if verr := relaylink.VerifyAcceptance(cur, o, h.key.PublicKey()); verr != nil {
 					h.log.Warn("relay accept statement refused", logkey.Row, r.Key().String(), logkey.Err, verr)
 					row, err = ob.MarkAttemptFailed(r.Key(), tr, fmt.Errorf("relay accept statement refused: %w", verr))
 					break

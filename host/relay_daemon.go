@@ -20,7 +20,7 @@ import (
 // peers change or the relay refuses this host's hop) and the receiver (pull, process, ack; paused
 // idle between empty pulls, or long-polling where the relay supports it). A new pin, an unset or
 // a served key other than the pinned one (which stops relay use) restarts it. Pushing is the
-// outbox loop's business (relayTransport).
+// outbox loop's business (relaylink.Pusher).
 
 // DefaultRelayWait is the long-poll wait the daemon's receiver asks the relay for. A relay that
 // does not hold pulls answers at once, and the receiver then pauses a tick between pulls.

@@ -15,6 +15,7 @@ import (
 	"github.com/agentmbx/agentmbx/outbox"
 	"github.com/agentmbx/agentmbx/quarantine"
 	"github.com/agentmbx/agentmbx/relayclient"
+	"github.com/agentmbx/agentmbx/relaylink"
 )
 
 // Receiving from the relay (docs/design.md: Receive checkpoint and ack, Retention and expiry,
@@ -311,7 +312,7 @@ func (h *Host) relayReceiver(l *relayLink, opts inbox.ReceiverOptions) (*inbox.R
 	if opts.Logger == nil {
 		opts.Logger = h.log
 	}
-	r, err := h.rpos.NewReceiver(l.pin.URL, pullRecorder{h: h, l: l}, relayHandler{h: h, pin: l.pin}, &opts)
+	r, err := h.rpos.NewReceiver(l.pin.URL, h.relaySource(l), relayHandler{h: h, pin: l.pin}, &opts)
 	if err != nil {
 		return nil, err
 	}
@@ -353,58 +354,28 @@ func (h *Host) relayReset(l *relayLink, p inbox.Position) {
 	poke(h.rl.keep)
 }
 
-// pullRecorder is the relay client as the receiver sees it: it records pull failures as problems
-// and a changed relay key as a stop.
-type pullRecorder struct {
-	h *Host
-	l *relayLink
-}
-
-func (p pullRecorder) Pull(ctx context.Context, r inbox.PullRequest) (mbx.PullResponse, error) {
-	page, err := p.l.c.Pull(ctx, relayclient.PullRequest(r))
-	var ee *relayclient.EpochError
-	switch {
-	case err == nil:
-		p.h.relayProblem(p.l, opPull, nil)
-	case errors.As(err, &ee):
-	case ctx.Err() != nil:
-	default:
-		p.h.relayFailed(p.l, opPull, err)
+// relaySource is the relay client of link as the receiver sees it (relaylink.Source): it records
+// pull failures as problems and a changed relay key as a stop.
+func (h *Host) relaySource(l *relayLink) relaylink.Source {
+	return relaylink.Source{Client: l.c,
+		ObservePull: func(ctx context.Context, err error) {
+			var ee *relayclient.EpochError
+			switch {
+			case err == nil:
+				h.relayProblem(l, opPull, nil)
+			case errors.As(err, &ee):
+			case ctx.Err() != nil:
+			default:
+				h.relayFailed(l, opPull, err)
+			}
+		},
+		ObserveAck: func(err error) {
+			var kc *relayclient.KeyChangedError
+			if errors.As(err, &kc) {
+				h.relayKeyChanged(l, kc)
+			}
+		},
 	}
-	return page, receiverErr(err)
-}
-
-func (p pullRecorder) Ack(ctx context.Context, epoch string, through int64) (mbx.AckResponse, error) {
-	res, err := p.l.c.Ack(ctx, epoch, through)
-	var kc *relayclient.KeyChangedError
-	if errors.As(err, &kc) {
-		p.h.relayKeyChanged(p.l, kc)
-	}
-	return res, receiverErr(err)
-}
-
-// receiverErr is a relay client's error as the receiver reads it (inbox.RelayError).
-func receiverErr(err error) error {
-	if err == nil {
-		return nil
-	}
-	re := &inbox.RelayError{Err: err}
-	var ee *relayclient.EpochError
-	switch {
-	case errors.As(err, &ee):
-		re.Kind, re.Epoch = inbox.ErrEpochChanged, ee.Epoch
-	case errors.Is(err, relayclient.ErrRewound):
-		re.Kind = inbox.ErrRewound
-	case errors.Is(err, relayclient.ErrRelayKeyChanged):
-		re.Kind = inbox.ErrKeyChanged
-	case errors.Is(err, relayclient.ErrNotEnrolled):
-		re.Kind = inbox.ErrNotEnrolled
-	}
-	var se *relayclient.StatusError
-	if errors.As(err, &se) {
-		re.RetryAfter = se.RetryAfter
-	}
-	return re
 }
 
 // relayReceive pulls and processes pages until the relay has nothing more (tests and `relay

@@ -2,8 +2,6 @@ package host
 
 import (
 	"context"
-	"errors"
-	"net/http"
 	"slices"
 	"strings"
 	"testing"
@@ -409,35 +407,4 @@ func TestRelayPublications(t *testing.T) {
 		t.Fatalf("status after the list went through = %+v", st)
 	}
 	_ = r
-}
-
-// TestReceiverErrors: the relay client's answers reach the receiver as the inbox errors it acts
-// on (an epoch change with the relay's epoch, a rewind, a changed key, a missing enrolment, a
-// Retry-After), and still match the client's own errors.
-func TestReceiverErrors(t *testing.T) {
-	for _, c := range []struct {
-		name  string
-		err   error
-		kind  error
-		epoch string
-		retry time.Duration
-	}{
-		{"epoch", &relayclient.EpochError{Op: "pull", Epoch: "ep2"}, inbox.ErrEpochChanged, "ep2", 0},
-		{"bad ack", &relayclient.StatusError{Op: "ack", Status: 400, Code: mbx.CodeBadAck}, inbox.ErrRewound, "", 0},
-		{"key changed", &relayclient.KeyChangedError{URL: "https://relay.example"}, inbox.ErrKeyChanged, "", 0},
-		{"not enrolled", &relayclient.StatusError{Op: "pull", Status: http.StatusUnauthorized}, inbox.ErrNotEnrolled, "", 0},
-		{"busy", &relayclient.StatusError{Op: "pull", Status: 429, RetryAfter: 30 * time.Second}, nil, "", 30 * time.Second},
-	} {
-		err := receiverErr(c.err)
-		var re *inbox.RelayError
-		if !errors.As(err, &re) || re.Kind != c.kind || re.Epoch != c.epoch || re.RetryAfter != c.retry {
-			t.Errorf("%s: receiverErr = %#v, want kind %v, epoch %q, retry %s", c.name, err, c.kind, c.epoch, c.retry)
-		}
-		if !errors.Is(err, c.err) || err.Error() != c.err.Error() {
-			t.Errorf("%s: %v does not wrap the client's error as it is", c.name, err)
-		}
-	}
-	if receiverErr(nil) != nil {
-		t.Error("receiverErr(nil) is not nil")
-	}
 }

@@ -1,17 +1,11 @@
 package host
 
 import (
-	"context"
-	"errors"
-	"fmt"
-	"strings"
 	"time"
 
-	"github.com/agentmbx/agentmbx/internal/failpoint"
-	"github.com/agentmbx/agentmbx/internal/logkey"
 	"github.com/agentmbx/agentmbx/mbx"
 	"github.com/agentmbx/agentmbx/outbox"
-	"github.com/agentmbx/agentmbx/relayclient"
+	"github.com/agentmbx/agentmbx/relaylink"
 )
 
 // Sending through the relay (docs/design.md: Push and acceptance, Delivery receipts, Choosing a
@@ -41,7 +35,7 @@ import (
 const (
 	// FailRelayAfterPushBeforeRecord fires after a push answered and before its outcomes are
 	// recorded in the outbox.
-	FailRelayAfterPushBeforeRecord = "host.relay.after-push-before-record"
+	FailRelayAfterPushBeforeRecord = relaylink.FailAfterPushBeforeRecord
 	// FailRelayHandledBeforeCommit fires inside the transaction of a relay page, after an
 	// envelope was handled and before the page (mail and checkpoint) commits.
 	FailRelayHandledBeforeCommit = "host.relay.handled-before-commit"
@@ -52,23 +46,7 @@ const (
 	relayAfterLANFailures = 2
 	// lanRetryAfter is how long new rows skip a peer whose LAN address did not answer.
 	lanRetryAfter = time.Minute
-	// relayPushBytes bounds the wire bytes of one push (the relay caps bodies at 8 MiB; base64
-	// adds a third).
-	relayPushBytes = 5 << 20
 )
-
-// retryableRejections are the relay's rejection codes (after "rejected:") where a later retry of
-// the same bytes can succeed.
-var retryableRejections = []string{"quota:", "rate", "target not enrolled", "sender not accepted by target"}
-
-func retryableRejection(code string) bool {
-	for _, p := range retryableRejections {
-		if code == p || (strings.HasSuffix(p, ":") && strings.HasPrefix(code, p)) {
-			return true
-		}
-	}
-	return false
-}
 
 // transportFor picks the transport of a due row for peer (see the comment above); relayOK says
 // whether a relay is usable now.
@@ -124,101 +102,21 @@ func (h *Host) lanUp(host string) {
 	h.rl.mu.Unlock()
 }
 
-// relayTransport pushes rows to the pinned relay; it is an outbox.Sender.
-type relayTransport struct {
-	h *Host
-	l *relayLink
-}
-
-func (t *relayTransport) Kind() outbox.Transport { return outbox.TransportRelay }
-
-// Send pushes rows (all for peer, addressed by each row's pinned host key) in batches that fit
-// the relay's max_batch and body cap, and returns one outcome per row.
-func (t *relayTransport) Send(ctx context.Context, _ outbox.Peer, rows []outbox.Row) []outbox.Outcome {
-	h := t.h
+// relayPusher is the pusher of link: it records the push's problems and the epochs its accept
+// statements name.
+func (h *Host) relayPusher(l *relayLink) *relaylink.Pusher {
 	lim := mbx.DefaultLimits()
 	if s, err := h.loadRelay(); err == nil && s != nil {
 		lim = s.limits()
 	}
-	maxBatch := max(1, min(lim.MaxBatch, mbx.DefaultMaxBatch))
-	out := make([]outbox.Outcome, len(rows))
-	for start := 0; start < len(rows); {
-		n, size := 0, 0
-		for start+n < len(rows) && n < maxBatch && (n == 0 || size+len(rows[start+n].Wire) <= relayPushBytes) {
-			size += len(rows[start+n].Wire)
-			n++
-		}
-		copy(out[start:start+n], t.push(ctx, rows[start:start+n], lim))
-		start += n
-	}
-	return out
-}
-
-// push sends one batch.
-func (t *relayTransport) push(ctx context.Context, rows []outbox.Row, lim mbx.Limits) []outbox.Outcome {
-	h, l := t.h, t.l
-	items := make([]relayclient.PushItem, len(rows))
-	for i, r := range rows {
-		kind := mbx.ItemKindEnvelope
-		if r.Kind == outbox.KindReceipt {
-			kind = mbx.ItemKindReceipt
-		}
-		items[i] = relayclient.PushItem{Kind: kind, ItemID: r.ItemID,
-			Targets: []relayclient.PushTarget{{HostPubkey: r.HostKey, Wire: r.Wire}}}
-	}
-	res, err := l.c.Push(ctx, items)
-	if err != nil {
-		h.relayFailed(l, opPush, err)
-		return outbox.FailedAll(len(rows), fmt.Errorf("relay push: %w", err), false)
-	}
-	h.relayProblem(l, opPush, nil)
-	// Crash drill: the relay committed the push, the host has not recorded its answer.
-	_ = failpoint.Inject(FailRelayAfterPushBeforeRecord)
-	out := make([]outbox.Outcome, len(rows))
-	epochs := map[string]bool{}
-	for i, r := range rows {
-		tr := res[i].Targets[0]
-		switch {
-		case tr.Accepted():
-			epochs[tr.Epoch] = true
-			out[i] = outbox.Outcome{Kind: outbox.OutcomeRelayAccepted, RelayKey: l.pin.RelayKey, Acceptance: &outbox.Acceptance{
-				Relay: l.pin.URL, Epoch: tr.Epoch, Seq: tr.Seq, Statement: tr.Statement, Sig: tr.Sig,
-				AcceptedAt: tr.At, Retention: lim.Retention(),
-			}}
-		case tr.Verdict == relayclient.VerdictRejected:
-			out[i] = outbox.Outcome{Kind: outbox.OutcomeRejected, Err: errors.New("relay: " + mbx.StatusRejectedPrefix + tr.Code),
-				Retryable: retryableRejection(tr.Code)}
-		default:
-			why := "no result"
-			if tr.Err != nil {
-				why = tr.Err.Error()
+	return &relaylink.Pusher{Client: l.c, Pin: l.pin, Limits: lim, Logger: h.log,
+		Observe: func(err error) {
+			if err != nil {
+				h.relayFailed(l, opPush, err)
+			} else {
+				h.relayProblem(l, opPush, nil)
 			}
-			out[i] = outbox.Outcome{Kind: outbox.OutcomeFailed, Err: fmt.Errorf("relay answered %s for %s without a valid accept statement: %s",
-				tr.Verdict, r.ItemID, why)}
-			h.log.Warn("relay push not accepted", logkey.Row, r.Key().String(), logkey.Verdict, tr.Verdict.String(), logkey.Err, why)
-		}
+		},
+		EpochSeen: func(epoch string) { h.relayEpochSeen(l, epoch) },
 	}
-	for e := range epochs {
-		h.relayEpochSeen(l, e)
-	}
-	return out
-}
-
-// verifyAcceptance checks, inside the transaction that records it, that the accept statement of
-// o is valid for the row as stored now: signed by the pinned relay key, for this host, the row's
-// item id, its current target key and the hash of its stored wire bytes.
-func (h *Host) verifyAcceptance(cur outbox.Row, o outbox.Outcome) error {
-	a := o.Acceptance
-	if a == nil || o.RelayKey == "" {
-		return errors.New("relay-accepted outcome without an acceptance")
-	}
-	res := mbx.PushResult{ItemID: cur.ItemID, Status: mbx.StatusAccepted, Accept: a.Statement, Sig: a.Sig}
-	acc, seq, err := mbx.ValidAccept(res, o.RelayKey, h.key.PublicKey(), cur.ItemID, cur.HostKey, mbx.WireHash(cur.Wire))
-	if err != nil {
-		return err
-	}
-	if seq != a.Seq || acc.Epoch != a.Epoch {
-		return errors.New("accept statement does not say what was recorded")
-	}
-	return nil
 }

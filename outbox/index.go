@@ -9,6 +9,20 @@ import (
 	"go.etcd.io/bbolt"
 )
 
+// The indexes. Next to the rows, the outbox keeps indexes that every operation updates in the
+// same transaction, so no pass reads rows it does not need:
+//
+//   - due (next_at, key): pending rows and relay-accepted rows flagged for re-push. Due and
+//     Claim walk it from the start up to now: O(due rows), however many rows wait or ended.
+//     DueWith bounds the walk by rows and wire bytes and passes over chosen hosts.
+//   - host (host, key): active rows per host. MakeDue (a verified inbound hop from the host:
+//     make its rows due now) and RebindHost (the peer rotated its key) walk only that host's.
+//   - relay (relay, key): relay-accepted rows per relay, for RelayAccepted and RepushRelay.
+//   - deadline (deadline, key): active rows, for Sweep.
+//   - ended (ended_at, key): ended rows, for Prune.
+//
+// Tx.Check verifies all of them against the rows.
+//
 // Bucket layout, all nested under the top-level bucket "outbox":
 //
 //	rows      rowkey                          → row record (codec.go)
