@@ -1,4 +1,4 @@
-package host
+package relaylink
 
 import "testing"
 
@@ -6,11 +6,11 @@ import "testing"
 // and is sent again later.
 func TestRelayWideQuotaIsRetryable(t *testing.T) {
 	for _, code := range []string{"quota:relay", "quota:queue_items", "rate"} {
-		if !retryableRejection(code) {
+		if !RetryableRejection(code) {
 			t.Errorf("%s is not retryable", code)
 		}
 	}
-	if retryableRejection("conflict") {
+	if RetryableRejection("conflict") {
 		t.Error("conflict is retryable")
 	}
 }
