@@ -58,7 +58,8 @@ type pushWork struct {
 	// Filled by the checks and the store unit.
 	code    string // rejection code, "" while the item is still in play
 	seqs    []int64
-	dup     bool // every target was already stored
+	dup     bool         // every target was already stored
+	added   []pushTarget // the targets the store unit inserted the item for
 	firstAt time.Time
 	// Relay-wide capacity (capacity.go): noRoom refuses the item's new targets; took is what
 	// the item counted against the relay's limits.
@@ -157,51 +158,131 @@ func checkEnvelopeWire(itemID string, wire []byte) string {
 }
 
 // storeItem is the store unit of one item: every target is checked and inserted in turn; any
-// refusal rolls the whole item back.
-func (s *Server) storeItem(tx Tx, w *pushWork, sender string, now time.Time) error {
+// refusal rolls the whole item back. adm, when not nil, holds what the request's earlier items
+// learnt about their targets (admissions); w.added lists the inserts for the caller to count in
+// once the item is stored.
+func (s *Server) storeItem(tx Tx, w *pushWork, sender string, now time.Time, adm admissions) error {
 	w.seqs = make([]int64, len(w.targets))
 	w.dup = true
+	w.added = w.added[:0]
 	for i, t := range w.targets {
-		a, err := tx.Admission(sender, w.itemID, t.pub)
+		item := Item{Target: t.pub, Kind: w.kind, ItemID: w.itemID, Sender: sender,
+			Wire: t.wire, WireHash: t.hash, AcceptedAt: now, ExpiresAt: now.Add(s.lim.Retention())}
+		var seq int64
+		var err error
+		if a := adm[t.pub]; a != nil {
+			seq, err = s.storeAdmitted(tx, w, i, item, a)
+		} else {
+			seq, err = s.storeChecked(tx, w, i, item, adm)
+		}
 		if err != nil {
 			return err
 		}
-		if a.Duplicate {
-			if a.Dedup.WireHash != t.hash {
-				return reject(RejectConflict)
-			}
-			w.seqs[i] = a.Dedup.Seq
-			if w.firstAt.IsZero() || a.Dedup.AcceptedAt.Before(w.firstAt) {
-				w.firstAt = a.Dedup.AcceptedAt
-			}
-			continue
+		if seq != 0 {
+			w.seqs[i] = seq
+			w.added = append(w.added, pushTarget{pub: t.pub, wire: t.wire})
 		}
-		w.dup = false
-		switch {
-		case !a.Enrolled:
-			return reject(RejectNotEnrolled)
-		case !a.Target.Live():
-			return reject(RejectRevoked)
-		case !a.Allowed:
-			return reject(RejectSender)
-		}
-		if w.noRoom {
-			return reject(RejectRelayQuota)
-		}
-		if code := s.quotaCode(a, int64(len(t.wire))); code != "" {
-			return reject(code)
-		}
-		seq, err := tx.InsertItem(Item{Target: t.pub, Kind: w.kind, ItemID: w.itemID, Sender: sender,
-			Wire: t.wire, WireHash: t.hash, AcceptedAt: now, ExpiresAt: now.Add(s.lim.Retention())})
-		if err != nil {
-			return err
-		}
-		w.seqs[i] = seq
 	}
 	if !w.dup {
 		w.firstAt = now
 	}
 	return nil
+}
+
+// storeChecked stores target i of w after the full admission check and returns its new seq, or 0
+// when it is a duplicate. A target that takes the item is remembered in adm.
+func (s *Server) storeChecked(tx Tx, w *pushWork, i int, it Item, adm admissions) (int64, error) {
+	a, err := tx.Admission(it.Sender, it.ItemID, it.Target)
+	if err != nil {
+		return 0, err
+	}
+	if a.Duplicate {
+		return 0, w.duplicate(i, a.Dedup, it.WireHash)
+	}
+	w.dup = false
+	switch {
+	case !a.Enrolled:
+		return 0, reject(RejectNotEnrolled)
+	case !a.Target.Live():
+		return 0, reject(RejectRevoked)
+	case !a.Allowed:
+		return 0, reject(RejectSender)
+	}
+	if w.noRoom {
+		return 0, reject(RejectRelayQuota)
+	}
+	if code := s.quotaCode(a, int64(len(it.Wire))); code != "" {
+		return 0, reject(code)
+	}
+	if adm != nil {
+		a.Duplicate, a.Dedup = false, Dedup{}
+		adm[it.Target] = &a
+	}
+	return tx.InsertItem(it)
+}
+
+// storeAdmitted stores target i of w, a target an earlier item of the request was admitted to:
+// only the quotas are checked again (with the request's own inserts counted in), and the item is
+// inserted at once; only when the insert finds it stored already, or a quota refuses it, is its
+// dedup row read, since a duplicate is answered as such whatever the quotas say.
+func (s *Server) storeAdmitted(tx Tx, w *pushWork, i int, it Item, a *Admission) (int64, error) {
+	code := RejectRelayQuota
+	if !w.noRoom {
+		code = s.quotaCode(*a, int64(len(it.Wire)))
+	}
+	if code == "" {
+		seq, err := tx.InsertItem(it)
+		if !errors.Is(err, ErrDuplicate) {
+			if err == nil {
+				w.dup = false
+			}
+			return seq, err
+		}
+	}
+	d, err := tx.Dedup(it.Sender, it.ItemID, it.Target)
+	switch {
+	case errors.Is(err, ErrNotFound) && code != "":
+		w.dup = false
+		return 0, reject(code)
+	case err != nil:
+		return 0, err
+	}
+	return 0, w.duplicate(i, d, it.WireHash)
+}
+
+// duplicate records that target i of w holds the item already (d), or refuses the item when the
+// stored bytes differ.
+func (w *pushWork) duplicate(i int, d Dedup, hash string) error {
+	if d.WireHash != hash {
+		return reject(RejectConflict)
+	}
+	w.seqs[i] = d.Seq
+	if w.firstAt.IsZero() || d.AcceptedAt.Before(w.firstAt) {
+		w.firstAt = d.AcceptedAt
+	}
+	return nil
+}
+
+// admissions holds, inside one push's store unit, the admission of each target an item of the
+// push was stored for. Within the unit nothing but its own inserts changes what it says (they are
+// counted in with add), so the push's later items for the target skip the admission query.
+type admissions map[string]*Admission
+
+// add counts an inserted item of n bytes for target in.
+func (adm admissions) add(target string, n int64) {
+	a := adm[target]
+	if a == nil {
+		return
+	}
+	a.Usage.Target.Items, a.Usage.Target.Bytes = a.Usage.Target.Items+1, a.Usage.Target.Bytes+n
+	a.Usage.Sender.Items, a.Usage.Sender.Bytes = a.Usage.Sender.Items+1, a.Usage.Sender.Bytes+n
+	if acct := a.Target.Account; acct != "" {
+		for _, b := range adm {
+			if b.Target.Account == acct {
+				b.Account.Items, b.Account.Bytes = b.Account.Items+1, b.Account.Bytes+n
+			}
+		}
+	}
 }
 
 // quotaCode is the rejection of an item of n bytes that would take the target's queue, the sender's
@@ -328,12 +409,13 @@ func (s *Server) handlePush(w http.ResponseWriter, r *http.Request) {
 	if n := countFunc(work, func(it *pushWork) bool { return it.code == "" }); n == 1 {
 		// One item: the request's own unit is the item's, and a refusal rolls it back.
 		it := work[slices.IndexFunc(work, func(it *pushWork) bool { return it.code == "" })]
-		err = s.store.Update(ctx, func(tx Tx) error { return s.storeItem(tx, it, sender, now) })
+		err = s.store.Update(ctx, func(tx Tx) error { return s.storeItem(tx, it, sender, now, nil) })
 		if rj := (*rejection)(nil); errors.As(err, &rj) {
 			it.code, err = rj.code, nil
 		}
 	} else if n > 1 {
 		err = s.store.Update(ctx, func(tx Tx) error {
+			adm := admissions{}
 			for _, it := range work {
 				if it.code != "" {
 					continue
@@ -341,9 +423,9 @@ func (s *Server) handlePush(w http.ResponseWriter, r *http.Request) {
 				var err error
 				if len(it.targets) == 1 {
 					// Refused before anything is written: the item needs no savepoint of its own.
-					err = s.storeItem(tx, it, sender, now)
+					err = s.storeItem(tx, it, sender, now, adm)
 				} else {
-					err = tx.Unit(func(tx Tx) error { return s.storeItem(tx, it, sender, now) })
+					err = tx.Unit(func(tx Tx) error { return s.storeItem(tx, it, sender, now, adm) })
 				}
 				var rj *rejection
 				switch {
@@ -351,6 +433,10 @@ func (s *Server) handlePush(w http.ResponseWriter, r *http.Request) {
 					it.code = rj.code
 				case err != nil:
 					return err // a store failure fails the whole request; nothing is claimed
+				default:
+					for _, t := range it.added {
+						adm.add(t.pub, int64(len(t.wire)))
+					}
 				}
 			}
 			return nil
