@@ -104,11 +104,11 @@ func RunDaemon(ctx context.Context, dir string, opts DaemonOptions) (err error) 
 		}
 	}
 
-	lanSrv := &http.Server{Handler: h.LANMux(), ReadHeaderTimeout: 10 * time.Second, ReadTimeout: time.Minute,
+	lanSrv := &http.Server{Handler: h.lanSrv.Handler(), ReadHeaderTimeout: 10 * time.Second, ReadTimeout: time.Minute,
 		WriteTimeout: time.Minute, IdleTimeout: 2 * time.Minute, MaxHeaderBytes: 64 << 10}
 	sockSrv := &http.Server{Handler: controlHandler(h), ReadHeaderTimeout: 10 * time.Second}
 	errc := make(chan error, 2)
-	go func() { errc <- serveErr("LAN server", lanSrv.Serve(lanLn)) }()
+	go func() { errc <- serveErr("LAN server", lanSrv.Serve(h.lanSrv.Limit(lanLn))) }()
 	go func() { errc <- serveErr("control socket", sockSrv.Serve(sockLn)) }()
 	loopCtx, cancelLoop := context.WithCancel(ctx)
 	relayWait := opts.RelayWait

@@ -5,11 +5,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net/http"
 	"time"
 
+	"github.com/agentmbx/agentmbx/internal/bodylimit"
 	"github.com/agentmbx/agentmbx/internal/logkey"
 	"github.com/agentmbx/agentmbx/mbx"
 	"github.com/agentmbx/agentmbx/outbox"
@@ -40,13 +40,20 @@ type ServerOptions struct {
 	Clock   func() time.Time // default time.Now
 	Logger  *slog.Logger     // default slog.Default()
 	Version string           // reported on GET /v2/status
+	// MaxConns caps the connections served at once (Limit). Default DefaultMaxConns.
+	MaxConns int
+	// BodyBudget caps the body bytes in flight across requests (Handler); past it requests get
+	// 503 before their body is read. Default DefaultBodyBudget.
+	BodyBudget int64
 }
 
 // Server is a host's LAN server: the mux the routes are on (pairing registers its own there too).
 type Server struct {
-	h   Host
-	opt ServerOptions
-	mux *http.ServeMux
+	h       Host
+	opt     ServerOptions
+	mux     *http.ServeMux
+	budget  *bodylimit.Budget
+	refused *refusals
 }
 
 // NewServer returns the LAN server of h.
@@ -57,7 +64,14 @@ func NewServer(h Host, opt ServerOptions) *Server {
 	if opt.Logger == nil {
 		opt.Logger = slog.Default()
 	}
-	s := &Server{h: h, opt: opt, mux: http.NewServeMux()}
+	if opt.MaxConns <= 0 {
+		opt.MaxConns = DefaultMaxConns
+	}
+	if opt.BodyBudget <= 0 {
+		opt.BodyBudget = DefaultBodyBudget
+	}
+	s := &Server{h: h, opt: opt, mux: http.NewServeMux(), budget: bodylimit.NewBudget(opt.BodyBudget),
+		refused: &refusals{log: opt.Logger, clock: opt.Clock}}
 	s.mux.HandleFunc("POST "+mbx.PathLANEnvelopes, s.handleEnvelopes)
 	s.mux.HandleFunc("POST "+mbx.PathLANEnvelopesV1, s.handleEnvelopes)
 	s.mux.HandleFunc("POST "+mbx.PathLANReceipts, s.handleReceipts)
@@ -87,39 +101,49 @@ func lanError(w http.ResponseWriter, status int, msg string) {
 	writeLAN(w, status, map[string]string{"error": msg})
 }
 
-// authHop reads a hop-signed request: the named host must be a pinned peer (checked before the
-// body is read), the body must fit mbx.MaxLANBody, and the hop must verify against the peer's pinned
-// key within the window. On failure it has answered already (401, 413) and returns ok false.
+// authHop reads a hop-signed request. Before any body byte is read, the x-mbx headers must be
+// there, the timestamp within the window and the named host a pinned peer; the body must then fit
+// mbx.MaxLANBody and the budget, and the hop verify against the peer's pinned key. On failure it
+// has answered already (401, 413, 503) and returns ok false; refusals before the body close the
+// connection, so net/http does not read what was refused.
 func (s *Server) authHop(w http.ResponseWriter, r *http.Request) (outbox.Peer, []byte, bool) {
 	name := r.Header.Get(mbx.HeaderHost)
-	if name == "" {
-		lanError(w, http.StatusUnauthorized, "missing x-mbx-host")
+	refuse := func(status int, msg string) (outbox.Peer, []byte, bool) {
+		s.refused.note(name, r.URL.Path, msg)
+		if !ticketOf(r).Read() {
+			w.Header().Set("Connection", "close")
+		}
+		lanError(w, status, msg)
 		return outbox.Peer{}, nil, false
+	}
+	if name == "" || r.Header.Get(mbx.HeaderTS) == "" || r.Header.Get(mbx.HeaderSig) == "" {
+		return refuse(http.StatusUnauthorized, "missing x-mbx headers")
+	}
+	if err := mbx.CheckLANHopTime(r.Header, s.opt.Clock()); err != nil {
+		return refuse(http.StatusUnauthorized, "bad hop: "+err.Error())
 	}
 	peer, ok, err := s.h.Peer(name)
 	if err != nil {
 		s.opt.Logger.Error("LAN request: peer lookup", logkey.Err, err)
+		w.Header().Set("Connection", "close")
 		lanError(w, http.StatusInternalServerError, "store error")
 		return outbox.Peer{}, nil, false
 	}
 	if !ok {
-		lanError(w, http.StatusUnauthorized, "host not paired")
-		return outbox.Peer{}, nil, false
+		return refuse(http.StatusUnauthorized, "host not paired")
 	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, mbx.MaxLANBody))
-	if err != nil {
-		var mb *http.MaxBytesError
-		if errors.As(err, &mb) {
-			lanError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("body over %d bytes", mbx.MaxLANBody))
-		} else {
-			lanError(w, http.StatusBadRequest, "reading body failed")
-		}
-		return outbox.Peer{}, nil, false
+	body, err := bodylimit.Read(w, r, mbx.MaxLANBody, ticketOf(r))
+	switch {
+	case errors.Is(err, bodylimit.ErrTooLarge):
+		return refuse(http.StatusRequestEntityTooLarge, fmt.Sprintf("body over %d bytes", mbx.MaxLANBody))
+	case errors.Is(err, bodylimit.ErrBusy):
+		w.Header().Set("Retry-After", "5")
+		return refuse(http.StatusServiceUnavailable, "busy, retry later")
+	case err != nil:
+		return refuse(http.StatusBadRequest, "reading body failed")
 	}
 	if err := mbx.VerifyLANHop(peer.HostPubkey, r.Header, r.Method, r.URL.EscapedPath(), body, s.opt.Clock()); err != nil {
-		s.opt.Logger.Warn("LAN request refused", logkey.Peer, name, logkey.Path, r.URL.Path, logkey.Err, err)
-		lanError(w, http.StatusUnauthorized, "bad hop: "+err.Error())
-		return outbox.Peer{}, nil, false
+		return refuse(http.StatusUnauthorized, "bad hop: "+err.Error())
 	}
 	s.h.PeerReached(peer) // it reached us over the LAN: try the LAN for new rows again
 	return peer, body, true

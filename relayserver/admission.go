@@ -25,8 +25,8 @@ func (s *Server) admit(w http.ResponseWriter, r *http.Request, next http.Handler
 		return
 	}
 	defer s.inflight.release(ck)
-	t := &ticket{b: s.budget}
-	defer t.release()
+	t := s.budget.Ticket()
+	defer t.Release()
 	next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), ticketKey{}, t)))
 }
 

@@ -15,4 +15,4 @@ var ParseWait = parseWait
 var CheckEnvelopeWire = checkEnvelopeWire
 
 // BodyBytesInFlight is what the relay's body budget holds now.
-func (s *Server) BodyBytesInFlight() int64 { return s.budget.inUse() }
+func (s *Server) BodyBytesInFlight() int64 { return s.budget.InUse() }

@@ -14,6 +14,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/agentmbx/agentmbx/internal/bodylimit"
 	"github.com/agentmbx/agentmbx/internal/version"
 	"github.com/agentmbx/agentmbx/mbx"
 )
@@ -123,7 +124,7 @@ type Server struct {
 	unsubscribe func()
 	mux         *http.ServeMux
 	// budget and inflight bound the request bodies in flight (admission.go).
-	budget   *budget
+	budget   *bodylimit.Budget
 	inflight *inflight
 	// cap holds the relay-wide limits (capacity.go).
 	cap *capacity
@@ -233,7 +234,7 @@ func New(ctx context.Context, store Store, opt Options) (*Server, error) {
 		pushR:     newRateTable(opt.PushesPerMinute, time.Minute, opt.RateTableMax),
 		newEnrolR: newRateTable(opt.NewEnrolmentsPerDay, 24*time.Hour, opt.RateTableMax),
 		polls:     newWaiters(opt.MaxWaitingPerKey, opt.MaxWaiting),
-		budget:    &budget{total: opt.BodyBudget},
+		budget:    bodylimit.NewBudget(opt.BodyBudget),
 		inflight:  &inflight{max: opt.MaxPerClient, m: map[string]int{}},
 		met:       opt.Metrics,
 	}

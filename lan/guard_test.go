@@ -1,0 +1,239 @@
+package lan_test
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/agentmbx/agentmbx/internal/testkit"
+	"github.com/agentmbx/agentmbx/lan"
+	"github.com/agentmbx/agentmbx/mbx"
+	"github.com/agentmbx/agentmbx/outbox"
+)
+
+// The LAN server's adversarial tests (issue 9, finding 4): bounded loops on loopback, no
+// assertion on wall-clock time.
+
+var t0 = time.UnixMilli(1773480413589).UTC()
+
+func key(t *testing.T, n byte) mbx.SigningKey {
+	k, err := mbx.GenerateSigningKey(rand.NewChaCha8([32]byte{n}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return k
+}
+
+// fakeHost pins one peer, alpha, and stores nothing.
+type fakeHost struct {
+	me, alpha mbx.SigningKey
+	received  atomic.Int64
+}
+
+func (h *fakeHost) Name() string        { return "me" }
+func (h *fakeHost) Key() mbx.SigningKey { return h.me }
+func (h *fakeHost) EncKey() mbx.EncKey  { return mbx.EncKey{} }
+func (h *fakeHost) Peer(name string) (outbox.Peer, bool, error) {
+	if name != "alpha" {
+		return outbox.Peer{}, false, nil
+	}
+	return outbox.Peer{Host: "alpha", HostPubkey: h.alpha.PublicKey()}, true, nil
+}
+func (h *fakeHost) ReceiveEnvelopes(_ outbox.Peer, wires [][]byte, _ bool) ([]string, error) {
+	h.received.Add(int64(len(wires)))
+	sts := make([]string, len(wires))
+	for i := range sts {
+		sts[i] = "delivered"
+	}
+	return sts, nil
+}
+func (h *fakeHost) ReceiveReceipts(outbox.Peer, []json.RawMessage) ([]mbx.ReceiptResult, error) {
+	return nil, nil
+}
+func (h *fakeHost) PeerReached(outbox.Peer) {}
+
+type syncBuf struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuf) Write(p []byte) (int, error) { s.mu.Lock(); defer s.mu.Unlock(); return s.b.Write(p) }
+func (s *syncBuf) String() string              { s.mu.Lock(); defer s.mu.Unlock(); return s.b.String() }
+
+type lanWorld struct {
+	t     *testing.T
+	h     *fakeHost
+	srv   *lan.Server
+	clock *testkit.Clock
+	addr  string
+	log   *syncBuf
+	peak  atomic.Int64 // most connections open at once
+}
+
+func newLAN(t *testing.T, opt lan.ServerOptions) *lanWorld {
+	w := &lanWorld{t: t, h: &fakeHost{me: key(t, 1), alpha: key(t, 2)}, clock: testkit.NewClock(t0), log: &syncBuf{}}
+	opt.Clock, opt.Logger = w.clock.Now, slog.New(slog.NewTextHandler(w.log, nil))
+	w.srv = lan.NewServer(w.h, opt)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var open atomic.Int64
+	hs := &http.Server{Handler: w.srv.Handler(), ReadHeaderTimeout: 30 * time.Second,
+		ConnState: func(_ net.Conn, st http.ConnState) {
+			switch st {
+			case http.StateNew:
+				n := open.Add(1)
+				for p := w.peak.Load(); n > p && !w.peak.CompareAndSwap(p, n); p = w.peak.Load() {
+				}
+			case http.StateClosed, http.StateHijacked:
+				open.Add(-1)
+			}
+		}}
+	go hs.Serve(w.srv.Limit(ln))
+	t.Cleanup(func() { hs.Close() })
+	w.addr = ln.Addr().String()
+	return w
+}
+
+// hold sends the header of a POST of length body bytes, signed by k as host name at ts (a junk
+// signature when k is nil), and keeps the connection open.
+func (w *lanWorld) hold(name string, ts time.Time, length int) (net.Conn, *bufio.Reader) {
+	c, err := net.Dial("tcp", w.addr)
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	w.t.Cleanup(func() { c.Close() })
+	fmt.Fprintf(c, "POST %s HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n%s: %s\r\n%s: %s\r\n%s: AAAA\r\n\r\n",
+		mbx.PathLANEnvelopes, length, mbx.HeaderHost, name, mbx.HeaderTS, mbx.ISOTime(ts), mbx.HeaderSig)
+	return c, bufio.NewReader(c)
+}
+
+func answer(t *testing.T, c net.Conn, br *bufio.Reader) int {
+	t.Helper()
+	_ = c.SetReadDeadline(time.Now().Add(30 * time.Second))
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatalf("no answer before the body: %v", err)
+	}
+	resp.Body.Close()
+	return resp.StatusCode
+}
+
+// send posts one envelope signed by alpha, as a paired peer would.
+func (w *lanWorld) send() int {
+	body := []byte(`{"envelopes":[{"v":3,"id":"01KKNTQ69NA67N0QBPXKXFN501"}]}`)
+	req, _ := http.NewRequest("POST", "http://"+w.addr+mbx.PathLANEnvelopes, bytes.NewReader(body))
+	for k, v := range mbx.SignLANHop(w.h.alpha, "alpha", 0, "POST", mbx.PathLANEnvelopes, body, w.clock.Now()) {
+		req.Header[k] = v
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	resp.Body.Close()
+	return resp.StatusCode
+}
+
+func TestLANHeadersCheckedBeforeTheBody(t *testing.T) {
+	t.Parallel()
+	w := newLAN(t, lan.ServerOptions{})
+	for _, c := range []struct {
+		what, name string
+		ts         time.Time
+	}{
+		{"stranger", "mallory", t0},
+		{"stale timestamp", "alpha", t0.Add(-time.Hour)},
+		{"timestamp centuries ahead", "alpha", t0.AddDate(300, 0, 0)},
+		{"no host", "", t0},
+	} {
+		c0, br := w.hold(c.name, c.ts, 1<<20)
+		if code := answer(t, c0, br); code != 401 {
+			t.Fatalf("%s = %d, want 401 before the body", c.what, code)
+		}
+	}
+	if n := w.srv.BodyBytesInFlight(); n != 0 {
+		t.Fatalf("refused requests hold %d budget bytes", n)
+	}
+	if code := w.send(); code != 200 || w.h.received.Load() != 1 {
+		t.Fatalf("paired peer = %d, received %d", code, w.h.received.Load())
+	}
+}
+
+func TestLANBodyBudget(t *testing.T) {
+	t.Parallel()
+	w := newLAN(t, lan.ServerOptions{BodyBudget: 1 << 20})
+	// Holders that pass the header checks (a paired name, a fresh timestamp) and never send the
+	// 400 KiB they declare: two fit under 7/8 of the budget, the third is refused unread.
+	w.hold("alpha", t0, 400<<10)
+	w.hold("alpha", t0, 400<<10)
+	for range 3000 {
+		if w.srv.BodyBytesInFlight() == 800<<10 {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	c, br := w.hold("alpha", t0, 400<<10)
+	if code := answer(t, c, br); code != 503 {
+		t.Fatalf("third holder = %d, want 503", code)
+	}
+	if code := w.send(); code != 200 {
+		t.Fatalf("paired peer while the budget is held = %d", code)
+	}
+}
+
+func TestLANConnectionLimit(t *testing.T) {
+	t.Parallel()
+	w := newLAN(t, lan.ServerOptions{MaxConns: 4})
+	var conns []net.Conn
+	for range 20 {
+		c, err := net.Dial("tcp", w.addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		conns = append(conns, c)
+		fmt.Fprint(c, "POST /v2/envelopes HTTP/1.1\r\n") // a header never finished
+	}
+	time.Sleep(100 * time.Millisecond) // give the server the chance to take more than it may
+	if p := w.peak.Load(); p > 4 {
+		t.Fatalf("%d connections served at once, limit 4", p)
+	}
+	for _, c := range conns {
+		c.Close()
+	}
+	if code := w.send(); code != 200 {
+		t.Fatalf("paired peer after the flood = %d", code)
+	}
+	if p := w.peak.Load(); p > 4 {
+		t.Fatalf("%d connections served at once, limit 4", p)
+	}
+}
+
+func TestLANRefusalLogIsRateLimited(t *testing.T) {
+	t.Parallel()
+	w := newLAN(t, lan.ServerOptions{})
+	for range 100 {
+		c, br := w.hold("mallory", t0, 10)
+		answer(t, c, br)
+		c.Close()
+	}
+	if n := strings.Count(w.log.String(), "LAN requests refused"); n != 1 {
+		t.Fatalf("%d log lines for 100 refusals, want 1:\n%s", n, w.log.String())
+	}
+	w.clock.Advance(time.Minute)
+	c, br := w.hold("mallory", t0.Add(time.Minute), 10)
+	answer(t, c, br)
+	if !strings.Contains(w.log.String(), "count=100") {
+		t.Fatalf("no summary with the count:\n%s", w.log.String())
+	}
+}
