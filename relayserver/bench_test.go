@@ -24,6 +24,8 @@ func benchLimits(o *relayserver.Options) {
 	o.Limits.MaxQueueBytes, o.Limits.MaxSenderBytes, o.Limits.MaxOwnerBytes = 1<<50, 1<<50, 1<<50
 	o.PushesPerMinute = -1
 	o.EnrolCallsPerMinute = -1
+	o.NewEnrolmentsPerDay = -1
+	o.MaxPerClient = 1 << 20
 	o.Clock = time.Now // hops are signed with the wall clock, however long the run takes
 }
 

@@ -277,6 +277,26 @@ SELECT CASE WHEN NOT EXISTS(SELECT 1 FROM sender_lists WHERE target_pubkey = ?1)
 	return n == 1, nil
 }
 
+// admissionSQL reads everything Admission returns in one statement.
+const admissionSQL = `SELECT d.wire_hash, d.seq, d.accepted_at,
+	e.host_pubkey, e.host_name, e.owner_fp, e.account, e.org, e.authorized_by, e.authority_rank,
+	e.enrolled_at, e.revoked_at,
+	CASE WHEN NOT EXISTS(SELECT 1 FROM sender_lists WHERE target_pubkey = ?3) THEN 1
+		WHEN EXISTS(SELECT 1 FROM sender_list_members WHERE target_pubkey = ?3 AND sender_pubkey = ?1)
+		THEN 1 ELSE 0 END,
+	COALESCE(ut.items, 0), COALESCE(ut.bytes, 0), COALESCE(us.items, 0), COALESCE(us.bytes, 0),
+	CASE WHEN e.account IS NULL THEN 0 ELSE (SELECT COALESCE(SUM(u.items), 0) FROM enrolments x
+		JOIN usage u ON u.target_pubkey = x.host_pubkey AND u.sender_pubkey = ''
+		WHERE x.account = e.account AND x.revoked_at IS NULL) END,
+	CASE WHEN e.account IS NULL THEN 0 ELSE (SELECT COALESCE(SUM(u.bytes), 0) FROM enrolments x
+		JOIN usage u ON u.target_pubkey = x.host_pubkey AND u.sender_pubkey = ''
+		WHERE x.account = e.account AND x.revoked_at IS NULL) END
+FROM (SELECT 1) one
+LEFT JOIN dedup d ON d.sender = ?4 AND d.item_id = ?2 AND d.target = ?5
+LEFT JOIN enrolments e ON e.host_pubkey = ?3
+LEFT JOIN usage ut ON ut.target_pubkey = ?3 AND ut.sender_pubkey = ''
+LEFT JOIN usage us ON us.target_pubkey = ?3 AND us.sender_pubkey = ?1`
+
 // Admission implements relayserver.Tx in one statement.
 func (t *tx) Admission(sender, itemID, target string) (relayserver.Admission, error) {
 	a := relayserver.Admission{Dedup: relayserver.Dedup{Sender: sender, ItemID: itemID, Target: target}}
@@ -296,24 +316,7 @@ func (t *tx) Admission(sender, itemID, target string) (relayserver.Admission, er
 		rank, enrolled, revoked        sql.NullInt64
 		allowed                        int
 	)
-	err = t.q.QueryRowContext(bg, `SELECT d.wire_hash, d.seq, d.accepted_at,
-	e.host_pubkey, e.host_name, e.owner_fp, e.account, e.org, e.authorized_by, e.authority_rank,
-	e.enrolled_at, e.revoked_at,
-	CASE WHEN NOT EXISTS(SELECT 1 FROM sender_lists WHERE target_pubkey = ?3) THEN 1
-		WHEN EXISTS(SELECT 1 FROM sender_list_members WHERE target_pubkey = ?3 AND sender_pubkey = ?1)
-		THEN 1 ELSE 0 END,
-	COALESCE(ut.items, 0), COALESCE(ut.bytes, 0), COALESCE(us.items, 0), COALESCE(us.bytes, 0),
-	CASE WHEN e.account IS NULL THEN 0 ELSE (SELECT COALESCE(SUM(u.items), 0) FROM enrolments x
-		JOIN usage u ON u.target_pubkey = x.host_pubkey AND u.sender_pubkey = ''
-		WHERE x.account = e.account AND x.revoked_at IS NULL) END,
-	CASE WHEN e.account IS NULL THEN 0 ELSE (SELECT COALESCE(SUM(u.bytes), 0) FROM enrolments x
-		JOIN usage u ON u.target_pubkey = x.host_pubkey AND u.sender_pubkey = ''
-		WHERE x.account = e.account AND x.revoked_at IS NULL) END
-FROM (SELECT 1) one
-LEFT JOIN dedup d ON d.sender = ?4 AND d.item_id = ?2 AND d.target = ?5
-LEFT JOIN enrolments e ON e.host_pubkey = ?3
-LEFT JOIN usage ut ON ut.target_pubkey = ?3 AND ut.sender_pubkey = ''
-LEFT JOIN usage us ON us.target_pubkey = ?3 AND us.sender_pubkey = ?1`, sender, itemID, target, sid, tid).Scan(
+	err = t.q.QueryRowContext(bg, admissionSQL, sender, itemID, target, sid, tid).Scan(
 		hashCol{&hashS}, &seq, &at, &pub, &name, &owner, &account, &org, &authBy, &rank, &enrolled, &revoked,
 		&allowed, &a.Usage.Target.Items, &a.Usage.Target.Bytes, &a.Usage.Sender.Items, &a.Usage.Sender.Bytes,
 		&a.Account.Items, &a.Account.Bytes)
