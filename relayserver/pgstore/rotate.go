@@ -19,37 +19,14 @@ func (t *tx) Rotate(r relayserver.Rotation) (relayserver.RotateResult, error) {
 	if err := t.lock(keys...); err != nil {
 		return res, fmt.Errorf("rotate: lock: %w", err)
 	}
-	old, err := t.Enrolment(r.OldPubkey)
-	if err != nil {
-		return res, fmt.Errorf("rotate: old key: %w", err)
+	nw, retried, err := relayserver.PlanRotation(t, r)
+	if err != nil || retried {
+		return res, err
 	}
-	nw, err := t.Enrolment(r.NewPubkey)
-	switch {
-	case errors.Is(err, relayserver.ErrNotFound):
-		nw = relayserver.Enrolment{HostPubkey: r.NewPubkey, EnrolledAt: r.At}
-	case err != nil:
-		return res, fmt.Errorf("rotate: new key: %w", err)
-	case !nw.Live():
-		return res, fmt.Errorf("rotate: new key: %w", relayserver.ErrRevoked)
-	}
-	if !old.Live() {
-		if nw.HostName != "" && nw.Live() {
-			return res, nil // a retried rotation: already applied
-		}
-		return res, fmt.Errorf("rotate: old key: %w", relayserver.ErrRevoked)
-	}
+	// Revoke the old key first so the new one can take its name inside the account.
 	if _, err := t.q.Exec(t.ctx, "UPDATE enrolments SET revoked_at = $1 WHERE host_pubkey = $2",
 		ms(r.At), r.OldPubkey); err != nil {
 		return res, fmt.Errorf("rotate: revoke: %w", err)
-	}
-	nw.HostName = r.HostName
-	if nw.HostName == "" {
-		nw.HostName = old.HostName
-	}
-	nw.OwnerFP = old.OwnerFP
-	if old.AuthorityRank >= nw.AuthorityRank {
-		nw.Account, nw.Org, nw.AuthorizedBy, nw.AuthorityRank =
-			old.Account, old.Org, old.AuthorizedBy, old.AuthorityRank
 	}
 	if err := t.PutEnrolment(nw); err != nil {
 		return res, fmt.Errorf("rotate: %w", err)
