@@ -122,7 +122,7 @@ func ParseCard(data []byte, now time.Time) (PeerRecord, error) {
 	c.EncPub, okE = card["enc_pub"].(string)
 	c.At, okA = card["at"].(string)
 	switch {
-	case !okH || !ValidHostName(c.Host):
+	case !okH || !mbx.ValidHostName(c.Host):
 		return bad(fmt.Sprintf("host name %q", cardClip(c.Host)))
 	case !okK || !mbx.ValidPublicKey(c.HostPubkey):
 		return bad("host_pubkey (want 44 chars of base64)")

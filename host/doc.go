@@ -21,10 +21,10 @@
 // seals the envelope once per target host and commits, before it answers, the local copies, the
 // sent record and one outbox row per host with its sealed bytes. Every retry sends those bytes.
 //
-// A received envelope is checked (PrepareEnvelope: shape, sending host, signature by a current
-// or retired key, opening) and committed (CommitEnvelopeTx: dedup by message id, mailbox copies,
-// dedup mark, delivered receipts queued) in one transaction; the relay receiver runs both inside
-// its own page transaction. A local copy only moves forward (delivered, notified, read, acked), and
+// A received envelope is checked (shape, sending host, signature by a current or retired key,
+// opening) and committed (dedup by message id, mailbox copies, dedup mark, delivered receipts
+// queued) in one transaction, the same way from the LAN and, inside its page's transaction, from
+// the relay. A local copy only moves forward (delivered, notified, read, acked), and
 // for mail from another host each move queues a signed delivery receipt as an outbox row in the
 // same transaction; an accepted receipt settles the sender's row.
 //

@@ -224,12 +224,12 @@ func TestReceiptsSettleStates(t *testing.T) {
 	if delivered == nil {
 		t.Fatal("no delivered receipt row on beta")
 	}
-	out, err := a.AcceptReceipts([]json.RawMessage{delivered}, "beta")
+	out, err := a.acceptReceipts([]json.RawMessage{delivered}, "beta")
 	if err != nil || out[0].Status != "stale" {
 		t.Fatalf("replayed receipt = %+v, %v; want stale", out, err)
 	}
 	// A receipt from another host than the recipient's is refused.
-	out, err = a.AcceptReceipts([]json.RawMessage{delivered}, "gamma")
+	out, err = a.acceptReceipts([]json.RawMessage{delivered}, "gamma")
 	if err != nil || !strings.HasPrefix(string(out[0].Status), "rejected:") {
 		t.Fatalf("receipt via another hop = %+v, %v; want rejected", out, err)
 	}

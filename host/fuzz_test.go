@@ -23,7 +23,7 @@ func FuzzReceiveEnvelope(f *testing.F) {
 	f.Add([]byte(`[]`))
 	f.Add([]byte(`{"v":3,"id":"01KKNTQ2CN9WJ3MR4Q1P12F02T","enc":{}}`))
 	f.Fuzz(func(t *testing.T, wire []byte) {
-		st, err := b.ReceiveEnvelope(context.Background(), "alpha", wire, true)
+		st, err := b.receiveEnvelope(context.Background(), "alpha", wire, true)
 		if err != nil {
 			t.Fatalf("store error: %v", err)
 		}

@@ -9,7 +9,6 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"regexp"
 	"time"
 
 	"go.etcd.io/bbolt"
@@ -34,11 +33,6 @@ const DefaultListen = ":7373"
 
 // EnvHome names the environment variable that selects the host home.
 const EnvHome = "MBX_HOME"
-
-var hostRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$`)
-
-// ValidHostName reports whether s is a host name as the protocol allows it.
-func ValidHostName(s string) bool { return hostRE.MatchString(s) }
 
 // ResolveHome returns the host home: flag when set, else $MBX_HOME, else
 // ~/.local/share/agentmbx. The path is made absolute; nothing is created.
@@ -74,7 +68,7 @@ type InitOptions struct {
 // so an interrupted Init can simply be run again. It refuses a home that already has an identity
 // (ErrExists) and changes nothing then.
 func Init(dir string, opts InitOptions) error {
-	if !ValidHostName(opts.Host) {
+	if !mbx.ValidHostName(opts.Host) {
 		return fmt.Errorf("host: init: %w: host name %q (letters, digits, . _ -; at most 63)", ErrInvalid, opts.Host)
 	}
 	if opts.Listen != "" {

@@ -197,9 +197,6 @@ func (h *Host) EncKey() mbx.EncKey { return h.enc }
 // Dir is the host home.
 func (h *Host) Dir() string { return h.dir }
 
-// OutboxStore is the host's outbox store.
-func (h *Host) OutboxStore() *outbox.Store { return h.ob }
-
 // Now is the host's clock.
 func (h *Host) Now() time.Time { return h.clock() }
 

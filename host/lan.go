@@ -71,7 +71,7 @@ func (l lanHost) ReceiveReceipts(p outbox.Peer, items []json.RawMessage) ([]mbx.
 	if _, err := l.pinned(p); err != nil {
 		return nil, err
 	}
-	res, err := l.AcceptReceipts(items, p.Host)
+	res, err := l.acceptReceipts(items, p.Host)
 	if err != nil {
 		return nil, err
 	}

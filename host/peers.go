@@ -46,7 +46,7 @@ func (p PeerRecord) keyFor(fp string) string {
 
 func (p *PeerRecord) validate() error {
 	switch {
-	case !ValidHostName(p.Host):
+	case !mbx.ValidHostName(p.Host):
 		return fmt.Errorf("%w: peer host name %q", ErrInvalid, p.Host)
 	case !mbx.ValidPublicKey(p.HostPubkey):
 		return fmt.Errorf("%w: peer host key (want 44 chars of base64)", ErrInvalid)

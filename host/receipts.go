@@ -128,15 +128,15 @@ func (b *receiptBook) ReceiptCount(msg, host string) int {
 	return n
 }
 
-// ReceiptStatus is the answer for one receipt of a LAN batch (and the relay inbox's verdict for
+// receiptStatus is the answer for one receipt of a LAN batch (and the relay inbox's verdict for
 // a receipt item): accepted, duplicate, stale, or rejected:<reason>.
-type ReceiptStatus string
+type receiptStatus string
 
-// AcceptReceiptTx applies one signed receipt (raw JSON {rec, sig}) from hop ("" when it came
+// acceptReceiptTx applies one signed receipt (raw JSON {rec, sig}) from hop ("" when it came
 // through the relay) inside tx: the acceptReceipt checks, then on acceptance the rstate upsert
 // and the settling of the outbox row to done, all in tx. It returns the receipt's item id and
 // accepted, duplicate, stale or rejected:<reason>; err is a store error only (roll back).
-func (h *Host) AcceptReceiptTx(tx *bbolt.Tx, item []byte, hop string) (itemID string, st ReceiptStatus, err error) {
+func (h *Host) acceptReceiptTx(tx *bbolt.Tx, item []byte, hop string) (itemID string, st receiptStatus, err error) {
 	book := &receiptBook{tx: tx}
 	s, verdict, rerr := mbx.AcceptReceipt(book, item, hop)
 	if book.err != nil {
@@ -147,10 +147,10 @@ func (h *Host) AcceptReceiptTx(tx *bbolt.Tx, item []byte, hop string) (itemID st
 		itemID = ""
 	}
 	if rerr != nil {
-		return itemID, ReceiptStatus(mbx.StatusRejectedPrefix + rerr.Error()), nil
+		return itemID, receiptStatus(mbx.StatusRejectedPrefix + rerr.Error()), nil
 	}
 	if verdict != mbx.ReceiptAccepted {
-		return itemID, ReceiptStatus(verdict.String()), nil
+		return itemID, receiptStatus(verdict.String()), nil
 	}
 	host := s.Rec.Host()
 	r := rstateRecord{Host: host, State: s.Rec.State, Seq: s.Rec.Seq, At: s.Rec.At}
@@ -176,16 +176,16 @@ func (h *Host) AcceptReceiptTx(tx *bbolt.Tx, item []byte, hop string) (itemID st
 	if err := tx.Bucket(bucketMeta).Put(heardKey(host), []byte(mbx.ISOTime(h.clock()))); err != nil {
 		return itemID, "", err
 	}
-	return itemID, ReceiptStatus(mbx.StatusAccepted), nil
+	return itemID, receiptStatus(mbx.StatusAccepted), nil
 }
 
 // heardKey is the meta key recording that host has sent a delivery receipt (for the wording of
 // unconfirmed alerts: a host that never sent one may be older than 0.5.3).
 func heardKey(host string) []byte { return []byte("heard:" + host) }
 
-// AcceptReceipts applies a batch of signed receipts from hop ("" for the relay) in one
+// acceptReceipts applies a batch of signed receipts from hop ("" for the relay) in one
 // transaction and returns one result per receipt, in order.
-func (h *Host) AcceptReceipts(items []json.RawMessage, hop string) ([]mbx.ReceiptResult, error) {
+func (h *Host) acceptReceipts(items []json.RawMessage, hop string) ([]mbx.ReceiptResult, error) {
 	out := make([]mbx.ReceiptResult, len(items))
 	err := h.db.Update(func(tx *bbolt.Tx) error {
 		if hop != "" {
@@ -195,7 +195,7 @@ func (h *Host) AcceptReceipts(items []json.RawMessage, hop string) ([]mbx.Receip
 			}
 		}
 		for i, it := range items {
-			id, st, err := h.AcceptReceiptTx(tx, it, hop)
+			id, st, err := h.acceptReceiptTx(tx, it, hop)
 			if err != nil {
 				return err
 			}

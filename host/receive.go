@@ -29,37 +29,37 @@ const (
 	ReasonUnpaired       = "host not paired"
 )
 
-// Incoming is an envelope from a peer that passed every check that needs no store: shape,
-// sending host, signature and opening. CommitEnvelopeTx stores it.
-type Incoming struct {
+// incoming is an envelope from a peer that passed every check that needs no store: shape,
+// sending host, signature and opening. commitEnvelopeTx stores it.
+type incoming struct {
 	Peer PeerRecord
 	Env  *mbx.Envelope // the stored form: body in plaintext
 	msg  storedMessage
 }
 
-// RejectedError is a refusal of a received item; Reason is what follows "rejected:".
-type RejectedError struct{ Reason string }
+// rejectedError is a refusal of a received item; Reason is what follows "rejected:".
+type rejectedError struct{ Reason string }
 
-func (e *RejectedError) Error() string { return mbx.StatusRejectedPrefix + e.Reason }
+func (e *rejectedError) Error() string { return mbx.StatusRejectedPrefix + e.Reason }
 
-// Rejected reports whether err is a refusal and returns the status string for it.
-func Rejected(err error) (string, bool) {
-	var r *RejectedError
+// rejected reports whether err is a refusal and returns the status string for it.
+func rejected(err error) (string, bool) {
+	var r *rejectedError
 	if errors.As(err, &r) {
 		return r.Error(), true
 	}
 	return "", false
 }
 
-func reject(reason string) error { return &RejectedError{Reason: reason} }
+func reject(reason string) error { return &rejectedError{Reason: reason} }
 
-// PrepareEnvelope runs the checks of a received envelope that need no store, in the original's
+// prepareEnvelope runs the checks of a received envelope that need no store, in the original's
 // order: shape, then the sending host (sig.host and the host of from must be the peer's), then the
 // signature by the peer's pinned key (or a retired key, chosen by sig.key), then the body is
 // opened with this host's current enc key and then its retired ones. sealed requires an enc (the
 // relay path and LAN v2); LAN v1 accepts a signed plaintext envelope as 0.5.x sent it. A refusal
-// is a *RejectedError.
-func (h *Host) PrepareEnvelope(peer PeerRecord, wire []byte, sealed bool) (*Incoming, error) {
+// is a *rejectedError.
+func (h *Host) prepareEnvelope(peer PeerRecord, wire []byte, sealed bool) (*incoming, error) {
 	env, err := mbx.ParseEnvelope(wire)
 	if err != nil {
 		var se *mbx.ShapeError
@@ -91,7 +91,7 @@ func (h *Host) PrepareEnvelope(peer PeerRecord, wire []byte, sealed bool) (*Inco
 	if env.ReplyTo != nil {
 		replyTo = *env.ReplyTo
 	}
-	in := &Incoming{Peer: peer, Env: env, msg: storedMessage{
+	in := &incoming{Peer: peer, Env: env, msg: storedMessage{
 		ID: env.ID, TS: env.TS, From: env.From, To: slices.Clone(env.To), Subject: env.Subject, Body: body,
 		Kind: string(env.Kind), Thread: env.Thread, ReplyTo: replyTo, Refs: slices.Clone(env.Refs),
 		NeedsReply: env.NeedsReply, Origin: peer.Host,
@@ -105,12 +105,12 @@ type seenRecord struct {
 	At   string `json:"at"`
 }
 
-// CommitEnvelopeTx stores a prepared envelope inside tx: the dedup check by message id (a repeat
+// commitEnvelopeTx stores a prepared envelope inside tx: the dedup check by message id (a repeat
 // from the same host is a duplicate and changes nothing), the local expansion of its addresses,
 // the mailbox copies (delivered, each with its delivered receipt queued for the sender) and the
-// dedup mark, all in tx. It returns mbx.StatusAccepted or mbx.StatusDuplicate, or a *RejectedError
+// dedup mark, all in tx. It returns mbx.StatusAccepted or mbx.StatusDuplicate, or a *rejectedError
 // (nothing written) when another message already has the id. Any other error is the store's.
-func (h *Host) CommitEnvelopeTx(tx *bbolt.Tx, in *Incoming) (string, error) {
+func (h *Host) commitEnvelopeTx(tx *bbolt.Tx, in *incoming) (string, error) {
 	id := in.msg.ID
 	var seen seenRecord
 	found, err := getJSON(tx.Bucket(bucketSeen), []byte(id), &seen)
@@ -204,18 +204,18 @@ func (h *Host) expandIncomingTx(tx *bbolt.Tx, to []string) ([]string, error) {
 }
 
 // Wake tells the host that mail was stored and receipts queued outside its own calls (the relay
-// inbox, after committing CommitEnvelopeTx or AcceptReceiptTx): waiters look at their mailboxes
+// inbox, after committing commitEnvelopeTx or acceptReceiptTx): waiters look at their mailboxes
 // and the outbox loop runs.
 func (h *Host) Wake() {
 	h.mail.notify()
 	h.kickOutbox()
 }
 
-// ReceiveEnvelope is the whole receive path for one envelope from a pinned peer (the relay inbox
-// runs PrepareEnvelope and CommitEnvelopeTx itself, to commit with its checkpoint): it returns
+// receiveEnvelope is the whole receive path for one envelope from a pinned peer (the relay inbox
+// runs prepareEnvelope and commitEnvelopeTx itself, to commit with its checkpoint): it returns
 // "accepted", "duplicate" or "rejected:<reason>". An error means the store failed and nothing was
 // stored; the sender should retry.
-func (h *Host) ReceiveEnvelope(ctx context.Context, fromHost string, wire []byte, sealed bool) (string, error) {
+func (h *Host) receiveEnvelope(ctx context.Context, fromHost string, wire []byte, sealed bool) (string, error) {
 	if err := ctx.Err(); err != nil {
 		return "", err
 	}
@@ -236,11 +236,11 @@ func (h *Host) ReceiveEnvelope(ctx context.Context, fromHost string, wire []byte
 // waiters and the outbox (receipts were queued) after the commit.
 func (h *Host) receiveBatch(peer PeerRecord, wires [][]byte, sealed bool) ([]string, error) {
 	sts := make([]string, len(wires))
-	ins := make([]*Incoming, len(wires))
+	ins := make([]*incoming, len(wires))
 	for i, w := range wires {
-		in, err := h.PrepareEnvelope(peer, w, sealed)
+		in, err := h.prepareEnvelope(peer, w, sealed)
 		if err != nil {
-			sts[i], _ = Rejected(err)
+			sts[i], _ = rejected(err)
 			continue
 		}
 		ins[i] = in
@@ -259,9 +259,9 @@ func (h *Host) receiveBatch(peer PeerRecord, wires [][]byte, sealed bool) ([]str
 			if in == nil {
 				continue
 			}
-			st, err := h.CommitEnvelopeTx(tx, in)
+			st, err := h.commitEnvelopeTx(tx, in)
 			if err != nil {
-				if s, ok := Rejected(err); ok {
+				if s, ok := rejected(err); ok {
 					sts[i] = s
 					continue
 				}

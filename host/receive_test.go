@@ -23,7 +23,7 @@ func TestRetiredKeys(t *testing.T) {
 	newEnc, _ := mbx.GenerateEncKey(testkit.Rand(42))
 	b.enc, b.retired = newEnc, []mbx.EncKey{oldEnc}
 	w1 := sealedFor(t, a, "alice", []string{"bob@beta"}, &testHost{Host: &Host{enc: oldEnc}})
-	if st, err := b.ReceiveEnvelope(context.Background(), "alpha", w1, true); err != nil || st != mbx.StatusAccepted {
+	if st, err := b.receiveEnvelope(context.Background(), "alpha", w1, true); err != nil || st != mbx.StatusAccepted {
 		t.Fatalf("envelope sealed to a retired enc key: %q, %v", st, err)
 	}
 
@@ -82,12 +82,12 @@ func TestDedupOutlivesSeenRetention(t *testing.T) {
 	pairAll(t, a, b)
 	ctx := context.Background()
 	w := sealedFor(t, a, "alice", []string{"bob@beta"}, b)
-	if st, _ := b.ReceiveEnvelope(ctx, "alpha", w, true); st != mbx.StatusAccepted {
+	if st, _ := b.receiveEnvelope(ctx, "alpha", w, true); st != mbx.StatusAccepted {
 		t.Fatalf("first = %q", st)
 	}
 	clock.Advance(SeenRetention - time.Hour)
 	b.sweep(ctx)
-	if st, _ := b.ReceiveEnvelope(ctx, "alpha", w, true); st != mbx.StatusDuplicate {
+	if st, _ := b.receiveEnvelope(ctx, "alpha", w, true); st != mbx.StatusDuplicate {
 		t.Fatalf("repeat inside the retention = %q, want duplicate", st)
 	}
 	if n := b.counts()["seen"]; n != 1 {
@@ -99,7 +99,7 @@ func TestDedupOutlivesSeenRetention(t *testing.T) {
 		t.Fatalf("seen has %d ids after the retention, want 0 (pruned)", n)
 	}
 	// The message itself is still in the mailbox, so a repeat is still a duplicate.
-	if st, _ := b.ReceiveEnvelope(ctx, "alpha", w, true); st != mbx.StatusDuplicate {
+	if st, _ := b.receiveEnvelope(ctx, "alpha", w, true); st != mbx.StatusDuplicate {
 		t.Fatalf("repeat after pruning = %q, want duplicate", st)
 	}
 	if got := b.inbox("bob", true); len(got) != 1 {
@@ -111,10 +111,10 @@ func TestDedupOutlivesSeenRetention(t *testing.T) {
 	env, _ := mbx.ParseEnvelope(w)
 	forged, _ := mbx.Build(mbx.Draft{From: "carl@gamma", To: []string{"bob@beta"}, Subject: "same id", Body: "x"}, clock.Now(), fixedID(env.ID))
 	_, fw, _ := forged.Seal(c.rand, b.enc.PublicKey(), "gamma", c.key)
-	if st, _ := b.ReceiveEnvelope(ctx, "gamma", fw, true); st != "rejected:"+ReasonIDConflict {
+	if st, _ := b.receiveEnvelope(ctx, "gamma", fw, true); st != "rejected:"+ReasonIDConflict {
 		t.Fatalf("id reused by another host = %q", st)
 	}
-	if st, _ := b.ReceiveEnvelope(ctx, "nobody", fw, true); st != "rejected:"+ReasonUnpaired {
+	if st, _ := b.receiveEnvelope(ctx, "nobody", fw, true); st != "rejected:"+ReasonUnpaired {
 		t.Fatalf("unpaired sender = %q", st)
 	}
 }

@@ -25,11 +25,11 @@ import (
 // relayHandler inside the transaction that also moves the receive checkpoint. The handler is this
 // host's own receive path:
 //
-//   - an envelope from a paired host goes through PrepareEnvelope and CommitEnvelopeTx, exactly
+//   - an envelope from a paired host goes through prepareEnvelope and commitEnvelopeTx, exactly
 //     like LAN mail (dedup by message id). A repeat is done, and re-sends the current delivery
 //     receipt of every local copy whose last receipt is no longer on its way, because a sender
 //     re-pushes only when it still waits for one (after an epoch change);
-//   - a delivery receipt from a paired host goes through AcceptReceiptTx (the acceptReceipt rules,
+//   - a delivery receipt from a paired host goes through acceptReceiptTx (the acceptReceipt rules,
 //     and a receipt of delivered or later settles the outbox row);
 //   - a relay expiry notice (signed by the pinned relay key) ends the relay-accepted row it names
 //     expired and alerts the sender, as the LAN outbox does after 72 h.
@@ -81,18 +81,18 @@ func (rh relayHandler) HandleEnvelope(tx *bbolt.Tx, it inbox.Item) (inbox.Verdic
 	if !ok {
 		return inbox.Rejected(quarantine.CauseUnpaired, ReasonUnpaired), nil
 	}
-	in, err := h.PrepareEnvelope(peer, it.Wire, true)
+	in, err := h.prepareEnvelope(peer, it.Wire, true)
 	if err != nil {
-		st, _ := Rejected(err)
+		st, _ := rejected(err)
 		reason := strings.TrimPrefix(st, mbx.StatusRejectedPrefix)
 		return inbox.Rejected(causeOf(reason), reason), nil
 	}
 	if in.Env.ID != it.ItemID {
 		return inbox.Rejected(quarantine.CauseMalformed, "item id is not the envelope id"), nil
 	}
-	st, err := h.CommitEnvelopeTx(tx, in)
+	st, err := h.commitEnvelopeTx(tx, in)
 	if err != nil {
-		if s, ok := Rejected(err); ok {
+		if s, ok := rejected(err); ok {
 			reason := strings.TrimPrefix(s, mbx.StatusRejectedPrefix)
 			return inbox.Rejected(causeOf(reason), reason), nil
 		}
@@ -132,12 +132,12 @@ func (rh relayHandler) HandleReceipt(tx *bbolt.Tx, it inbox.Item) (inbox.Verdict
 		return inbox.Rejected(quarantine.CauseMalformed, "item id is not the receipt id"), nil
 	}
 	// The pushing host must be the recipient's host (the relay checked that it signed the push).
-	_, st, err := h.AcceptReceiptTx(tx, it.Wire, peer.Host)
+	_, st, err := h.acceptReceiptTx(tx, it.Wire, peer.Host)
 	if err != nil {
 		return inbox.Verdict{}, err
 	}
 	switch {
-	case st == ReceiptStatus(mbx.StatusAccepted):
+	case st == receiptStatus(mbx.StatusAccepted):
 		tx.OnCommit(h.kickOutbox)
 		return inbox.Accepted(), nil
 	case strings.HasPrefix(string(st), mbx.StatusRejectedPrefix):
