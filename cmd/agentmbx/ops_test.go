@@ -10,30 +10,12 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
+	"github.com/agentmbx/agentmbx/internal/testkit"
 	"github.com/agentmbx/agentmbx/relayserver"
 )
-
-// lockedBuffer is a bytes.Buffer safe for the goroutines that log into it.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 // waitFile waits for a file written once a server listens and returns its trimmed content.
 func waitFile(t *testing.T, path string, done <-chan error) string {
@@ -82,7 +64,7 @@ func TestRelayServeOpsFlags(t *testing.T) {
 	cmd.SetArgs([]string{"serve", "--store-dir", filepath.Join(dir, "store"), "--listen", "127.0.0.1:0",
 		"--addr-file", addrFile, "--metrics-listen", "127.0.0.1:0", "--metrics-addr-file", metricsFile,
 		"--log-format", "json", "--log-level", "debug"})
-	var stderr lockedBuffer
+	var stderr testkit.SyncBuffer
 	cmd.SetOut(&bytes.Buffer{})
 	cmd.SetErr(&stderr)
 	done := make(chan error, 1)
