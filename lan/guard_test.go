@@ -26,10 +26,13 @@ import (
 
 var t0 = time.UnixMilli(1773480413589).UTC()
 
-func key(t *testing.T, n byte) mbx.SigningKey {
+func key(_ *testing.T, n byte) mbx.SigningKey { return keyN(n) }
+
+// keyN is a deterministic test key (the abuse child process makes the same keys).
+func keyN(n byte) mbx.SigningKey {
 	k, err := mbx.GenerateSigningKey(rand.NewChaCha8([32]byte{n}))
 	if err != nil {
-		t.Fatal(err)
+		panic(err)
 	}
 	return k
 }

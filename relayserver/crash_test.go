@@ -42,7 +42,9 @@ func TestMain(m *testing.M) {
 func childRelay(dir string) int {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
+	tp, _ := relayserver.ParseTrustProxy(os.Getenv(relayserver.EnvRelayTrustProxy)) // the abuse runs
 	err := relayserver.Serve(ctx, relayserver.ServeConfig{
+		Options:  relayserver.Options{TrustProxy: tp},
 		StoreDir: dir,
 		Listen:   "127.0.0.1:0",
 		AddrFile: filepath.Join(dir, "addr"),

@@ -1,0 +1,216 @@
+package relayserver_test
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/agentmbx/agentmbx/mbx"
+	"github.com/agentmbx/agentmbx/relayserver"
+)
+
+// The figures of issue 9 (make abuse): attacks on a relay process, measured by its peak RSS.
+// They run only with MBX_ABUSE=1: each holds hundreds of connections and megabytes for seconds.
+
+func abuse(t *testing.T) {
+	if os.Getenv("MBX_ABUSE") != "1" {
+		t.Skip("set MBX_ABUSE=1 (make abuse) for the resource figures")
+	}
+}
+
+// procKB reads a kB field (VmHWM, VmRSS) of /proc/pid/status.
+func procKB(t *testing.T, pid int, field string) int64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		t.Skipf("no /proc: %v", err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, field+":"); ok {
+			n, _ := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
+			return n
+		}
+	}
+	t.Fatalf("no %s", field)
+	return 0
+}
+
+// holdBody opens a connection to addr, sends a push's header declaring 8 MiB signed by h, then
+// up to 8 MiB − 1 of body, and keeps the connection open. It reports the relay's answer on
+// answered (0 when none came while the body was being sent).
+func holdBody(t *testing.T, addr string, h host, answered chan<- int, conns chan<- net.Conn) {
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		answered <- -1
+		return
+	}
+	conns <- c
+	var hdr strings.Builder
+	fmt.Fprintf(&hdr, "POST /v2/relay/items HTTP/1.1\r\nHost: relay\r\nContent-Type: application/json\r\nContent-Length: %d\r\n", 8<<20)
+	for k, v := range mbx.SignRelayHop(h.key, h.name, "POST", "/v2/relay/items", nil, time.Now(), true) {
+		fmt.Fprintf(&hdr, "%s: %s\r\n", k, v[0])
+	}
+	hdr.WriteString("\r\n")
+	got := make(chan int, 1)
+	go func() {
+		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+		if err != nil {
+			got <- -1
+			return
+		}
+		resp.Body.Close()
+		got <- resp.StatusCode
+	}()
+	if _, err := c.Write([]byte(hdr.String())); err != nil {
+		answered <- <-got
+		return
+	}
+	chunk := bytes.Repeat([]byte{' '}, 64<<10)
+	for sent := 0; sent < 8<<20-1; sent += len(chunk) {
+		n := min(len(chunk), 8<<20-1-sent)
+		if _, err := c.Write(chunk[:n]); err != nil {
+			answered <- <-got
+			return
+		}
+		select {
+		case code := <-got:
+			answered <- code
+			return
+		default:
+		}
+	}
+	select {
+	case code := <-got:
+		answered <- code
+	case <-time.After(2 * time.Second):
+		answered <- 0 // held: the whole body but one byte sent, no answer
+	}
+}
+
+// TestAbuseRelayHeldBodies: 200 connections of an unenrolled key, then 200 of an enrolled one,
+// each declaring 8 MiB and sending all but a byte, then holding; enrolled hosts push and pull
+// meanwhile. Goal: peak RSS under 300 MB.
+func TestAbuseRelayHeldBodies(t *testing.T) {
+	abuse(t)
+	dir := t.TempDir()
+	c := startChild(t, dir, "")
+	defer c.stop()
+	a, b, mallory := newHost(t, "alpha", 1), newHost(t, "beta", 2), newHost(t, "mallory", 66)
+	c.enrol(a)
+	c.enrol(b)
+	base := procKB(t, c.cmd.Process.Pid, "VmRSS")
+	addr := strings.TrimPrefix(c.url, "http://")
+	conns := make(chan net.Conn, 400)
+	for _, wave := range []struct {
+		name string
+		h    host
+	}{{"unenrolled key", mallory}, {"enrolled key", mallory}} {
+		if wave.name == "enrolled key" {
+			c.enrol(mallory) // enrolment by host key is free
+		}
+		answered := make(chan int, 200)
+		var wg sync.WaitGroup
+		for range 200 {
+			wg.Add(1)
+			go func() { defer wg.Done(); holdBody(t, addr, wave.h, answered, conns) }()
+		}
+		wg.Wait()
+		close(answered)
+		codes := map[int]int{}
+		for code := range answered {
+			codes[code]++
+		}
+		// Enrolled hosts are served while the connections are held.
+		id := fmt.Sprintf("01KKNTQ69NA67N0QBPXKXFN5%02d", len(codes))
+		body := mustJSON(t, mbx.PushRequest{Items: []mbx.PushItem{envItem(id, b)}})
+		if code, out, err := c.call(&a, "POST", "/v2/relay/items", body); err != nil || code != 200 || !strings.Contains(string(out), `"accepted"`) {
+			t.Errorf("push by an enrolled host during the attack = %d %s %v", code, out, err)
+		}
+		if p := c.pull(b); len(p.Items) == 0 {
+			t.Errorf("pull during the attack found nothing")
+		}
+		peak := procKB(t, c.cmd.Process.Pid, "VmHWM")
+		t.Logf("abuse: relay, 200 connections of an %s declaring 8 MiB: answers %v (0 = held with 8 MiB-1 sent); "+
+			"enrolled hosts served; peak RSS %d MB (at start %d MB; goal < 300 MB)", wave.name, codes, peak>>10, base>>10)
+		if peak > 300<<10 {
+			t.Errorf("peak RSS %d MB over the 300 MB goal", peak>>10)
+		}
+	}
+	close(conns)
+	for cn := range conns {
+		cn.Close()
+	}
+}
+
+// TestAbuseChallengeFlood: 12,000 challenge requests from 400 /64s of one /56 (behind a proxy the
+// relay trusts), then a fresh host elsewhere enrols.
+func TestAbuseChallengeFlood(t *testing.T) {
+	abuse(t)
+	t.Setenv(relayserver.EnvRelayTrustProxy, "xff")
+	c := startChild(t, t.TempDir(), "")
+	defer c.stop()
+	cl := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 32}, Timeout: time.Minute}
+	post := func(xff, path string, body []byte) (int, []byte) {
+		req, _ := http.NewRequest("POST", c.url+path, bytes.NewReader(body))
+		req.Header.Set("X-Forwarded-For", xff)
+		resp, err := cl.Do(req)
+		if err != nil {
+			return -1, nil
+		}
+		defer resp.Body.Close()
+		var out bytes.Buffer
+		_, _ = out.ReadFrom(resp.Body)
+		return resp.StatusCode, out.Bytes()
+	}
+	start := time.Now()
+	var ok, limited, other atomic.Int64
+	jobs := make(chan int)
+	var wg sync.WaitGroup
+	for range 32 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range jobs {
+				h := newHost(t, "flood", uint64(5000+i%400))
+				xff := fmt.Sprintf("2001:db8:0:ab%02x:%x::%x", (i%400)/2, i%2, i/400+1) // 400 /64s of 2001:db8:0:ab00::/56
+				switch code, _ := post(xff, "/v1/relay/challenge", mustJSON(t, mbx.ChallengeRequest{Host: h.name, Pubkey: h.pub()})); code {
+				case 200:
+					ok.Add(1)
+				case 429:
+					limited.Add(1)
+				default:
+					other.Add(1)
+				}
+			}
+		}()
+	}
+	for i := range 12000 {
+		jobs <- i
+	}
+	close(jobs)
+	wg.Wait()
+	flood := time.Since(start)
+	fresh := newHost(t, "fresh", 77)
+	enrolStart := time.Now()
+	code, b := post("2001:db8:77::5", "/v1/relay/challenge", mustJSON(t, mbx.ChallengeRequest{Host: fresh.name, Pubkey: fresh.pub()}))
+	if code != 200 {
+		t.Fatalf("fresh host's challenge after the flood = %d %s", code, b)
+	}
+	ch := decode[mbx.ChallengeResponse](t, b)
+	req, _ := mbx.SignEnrolment(fresh.key, fresh.name, ch.Challenge, "")
+	if code, b := post("2001:db8:77::5", "/v1/relay/enrol", mustJSON(t, req)); code != 200 {
+		t.Fatalf("fresh host's enrolment after the flood = %d %s", code, b)
+	}
+	t.Logf("abuse: relay, 12,000 challenges from 400 /64s of one /56 in %v: %d answered, %d rate-limited (429), %d other; "+
+		"a fresh host then enrolled in %v; peak RSS %d MB",
+		flood.Round(time.Millisecond), ok.Load(), limited.Load(), other.Load(), time.Since(enrolStart).Round(time.Millisecond),
+		procKB(t, c.cmd.Process.Pid, "VmHWM")>>10)
+}
