@@ -54,7 +54,8 @@ type Result struct {
 	CommitsPerS    float64 `json:"commits_per_s"`
 	UnitsPerCommit float64 `json:"units_per_commit"`
 	ItemsPerCommit float64 `json:"items_per_commit"`
-	// DiskBytesPerItem is the store's size on disk after the run over the items it holds.
+	// DiskBytesPerItem is what the store's database grew by during the run (enrolments are
+	// there before), over the items it then holds.
 	DiskBytesPerItem float64 `json:"disk_bytes_per_item"`
 
 	// The same load with one commit per push request.

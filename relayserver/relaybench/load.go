@@ -45,14 +45,9 @@ type benchRelay struct {
 
 // startRelay opens a store in dir (MaxGroup 1 commits every unit on its own) and serves a relay
 // over it on 127.0.0.1 with the quotas and rates lifted out of the load's way.
-func startRelay(ctx context.Context, dir string, maxGroup, conns int) (*benchRelay, error) {
+func startRelay(ctx context.Context, dir string, key mbx.SigningKey, maxGroup, conns int) (*benchRelay, error) {
 	st, err := sqlitestore.Open(ctx, dir, &sqlitestore.Options{MaxGroup: maxGroup})
 	if err != nil {
-		return nil, err
-	}
-	key, err := mbx.GenerateSigningKey(rand.Reader)
-	if err != nil {
-		st.Close()
 		return nil, err
 	}
 	lim := mbx.DefaultLimits()
@@ -218,11 +213,40 @@ func (r *benchRelay) pushLoop(ctx context.Context, cfg Config, me benchHost, tar
 	return nil
 }
 
+// enrolled makes a fresh store in dir with the hosts enrolled, closes it and returns its size.
+func enrolled(ctx context.Context, dir string, key mbx.SigningKey, hosts []benchHost) (int64, error) {
+	r, err := startRelay(ctx, dir, key, 0, 8)
+	if err != nil {
+		return 0, err
+	}
+	err = r.enrolAll(ctx, hosts)
+	if err = errors.Join(err, r.stop()); err != nil {
+		return 0, err
+	}
+	return dbSize(dir), nil
+}
+
 // runLoad runs one load phase on a fresh store in dir: cfg.Pushers senders push for cfg.Duration
 // to eight targets. progress, when set, is called with the items so far every few hundred ms.
 func runLoad(ctx context.Context, cfg Config, dir string, maxGroup int, progress func(time.Duration, int64)) (phase, error) {
 	var p phase
-	r, err := startRelay(ctx, dir, maxGroup, cfg.Pushers)
+	key, err := mbx.GenerateSigningKey(rand.Reader)
+	if err != nil {
+		return p, err
+	}
+	pushers, err := newHosts("pusher-", cfg.Pushers)
+	if err != nil {
+		return p, err
+	}
+	targets, err := newHosts("target-", 8)
+	if err != nil {
+		return p, err
+	}
+	base, err := enrolled(ctx, dir, key, append(append([]benchHost{}, pushers...), targets...))
+	if err != nil {
+		return p, err
+	}
+	r, err := startRelay(ctx, dir, key, maxGroup, cfg.Pushers)
 	if err != nil {
 		return p, err
 	}
@@ -232,17 +256,6 @@ func runLoad(ctx context.Context, cfg Config, dir string, maxGroup int, progress
 			_ = r.stop()
 		}
 	}()
-	pushers, err := newHosts("pusher-", cfg.Pushers)
-	if err != nil {
-		return p, err
-	}
-	targets, err := newHosts("target-", 8)
-	if err != nil {
-		return p, err
-	}
-	if err := r.enrolAll(ctx, append(append([]benchHost{}, pushers...), targets...)); err != nil {
-		return p, err
-	}
 
 	var c counters
 	loadCtx, cancel := context.WithTimeout(ctx, cfg.Duration)
@@ -293,16 +306,16 @@ func runLoad(ctx context.Context, cfg Config, dir string, maxGroup int, progress
 	if err := r.stop(); err != nil {
 		return p, err
 	}
-	p.diskBytes = dirSize(dir)
+	p.diskBytes = dbSize(dir) - base
 	return p, nil
 }
 
-// dirSize is the total size of the regular files in dir.
-func dirSize(dir string) int64 {
+// dbSize is the size of the store's database in dir, its WAL included (none is left once the
+// store is closed); the ballast and lock files beside it are not the items' cost.
+func dbSize(dir string) int64 {
 	var n int64
-	entries, _ := os.ReadDir(dir)
-	for _, e := range entries {
-		if fi, err := os.Stat(filepath.Join(dir, e.Name())); err == nil && fi.Mode().IsRegular() {
+	for _, name := range []string{sqlitestore.DBFile, sqlitestore.DBFile + "-wal"} {
+		if fi, err := os.Stat(filepath.Join(dir, name)); err == nil {
 			n += fi.Size()
 		}
 	}
