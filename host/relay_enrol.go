@@ -28,12 +28,14 @@ import (
 // relayKeepEvery is how often the daemon runs relayKeep without being asked.
 const relayKeepEvery = time.Minute
 
-// relayKeep runs the enrolment and publications that are due; force enrols and republishes
-// everything (after the relay refused this host's hop), unless an enrolment completed while this
-// run waited for the one before it: the refusal was of a request sent before that enrolment, and
-// the relay's info decides as in a normal run. So a start at which several loops find the host
-// unenrolled (the receiver's first pull, a push) enrols once. It returns the first failure; the
-// others are recorded too.
+// relayKeep runs the enrolment and publications that are due; force (after the relay refused
+// this host's hop) republishes everything. It enrols only when the relay's signed info names no
+// caller (the relay does not know this key) or the cache is for another epoch: enrolling a key
+// the relay knows cannot answer a refused hop, and a refusal is often of a request sent before
+// another run's enrolment. So a start at which several loops find the host unenrolled (the
+// receiver's first pull, a push) enrols once, and a relay that forgot the host gets one new
+// enrolment. A forced run that waited for an enrolment to complete is a normal run. It returns
+// the first failure; the others are recorded too.
 func (h *Host) relayKeep(ctx context.Context, force bool) error {
 	seen := h.rl.enrolled.Load()
 	h.rl.keepMu.Lock()
@@ -64,7 +66,8 @@ func (h *Host) relayKeep(ctx context.Context, force bool) error {
 	hostKey := h.key.PublicKey()
 	now := h.clock()
 
-	enrol := force || info.You == nil || !s.enrolledFor(info.Epoch, hostKey)
+	enrol := info.You == nil || !s.enrolledFor(info.Epoch, hostKey)
+	republish := enrol || force
 	if enrol {
 		if err := l.c.Enrol(ctx, "", ""); err != nil {
 			return h.relayFailed(l, opEnrol, err)
@@ -85,7 +88,7 @@ func (h *Host) relayKeep(ctx context.Context, force bool) error {
 	var errs []error
 	encPub := h.enc.PublicKey()
 	ad := s.EncAd
-	adDue := enrol || ad == nil || ad.Epoch != info.Epoch || ad.EncPub != encPub ||
+	adDue := republish || ad == nil || ad.Epoch != info.Epoch || ad.EncPub != encPub ||
 		(info.You != nil && (info.You.EncAd == nil || info.You.EncAd.EncPub != encPub || info.You.EncAd.Exp == nil))
 	if !adDue {
 		if at, err := mbx.ParseISOTime(ad.At); err != nil || !now.Before(at.Add(mbx.EncAdRefresh)) {
@@ -109,7 +112,7 @@ func (h *Host) relayKeep(ctx context.Context, force bool) error {
 		return err
 	}
 	keys, hash := sendersOf(peers)
-	if enrol || s.Senders == nil || s.Senders.Epoch != info.Epoch || s.Senders.Hash != hash {
+	if republish || s.Senders == nil || s.Senders.Epoch != info.Epoch || s.Senders.Hash != hash {
 		if _, err := l.c.PublishSenders(ctx, keys); err != nil {
 			errs = append(errs, h.relayFailed(l, opSenders, err))
 		} else {
@@ -124,7 +127,7 @@ func (h *Host) relayKeep(ctx context.Context, force bool) error {
 			return err
 		}
 	}
-	if enrol {
+	if republish {
 		h.kickOutbox() // rows that failed for want of an enrolment
 		h.rl.mu.Lock()
 		r := h.rl.recv

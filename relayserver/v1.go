@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"math"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 
@@ -243,16 +244,13 @@ func (s *Server) v1Targets(ctx context.Context, caller Enrolment, to []string) (
 		case !found:
 			return nil, refuse("recipient host not enrolled: %s", host)
 		}
-		if len(out) > s.lim.MaxTargets {
+		if slices.ContainsFunc(out, func(o Enrolment) bool { return o.HostPubkey == t.HostPubkey }) {
+			continue
+		}
+		if len(out) == s.lim.MaxTargets {
 			return nil, refuse("too many recipient hosts (max %d)", s.lim.MaxTargets)
 		}
-		dup := false
-		for _, o := range out {
-			dup = dup || o.HostPubkey == t.HostPubkey
-		}
-		if !dup {
-			out = append(out, t)
-		}
+		out = append(out, t)
 	}
 	return out, nil
 }

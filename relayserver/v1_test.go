@@ -273,3 +273,26 @@ func TestV1EncKey(t *testing.T) {
 		t.Fatalf("lookup of an unknown name = %d", code)
 	}
 }
+
+// TestV1FanOut: an envelope for two hosts is stored for both or, over max_targets, for neither.
+func TestV1FanOut(t *testing.T) {
+	t.Parallel()
+	r, a, b, g := setup(t, nil)
+	if code, res := r.v1Push(a, v1Env("01JQV1000000000000000000F1", "bob@beta", "dave@gamma", "carol@BETA")); code != 200 || res.Stored != 1 {
+		t.Fatalf("fan-out push = %d %+v", code, res)
+	}
+	for _, h := range []host{b, g} {
+		if p := r.v1Pull(h, 0); len(p.Items) != 1 {
+			t.Fatalf("%s holds %d items, want 1", h.name, len(p.Items))
+		}
+	}
+	r2, a2, b2, g2 := setup(t, func(o *relayserver.Options) { o.Limits = mbx.DefaultLimits(); o.Limits.MaxTargets = 1 })
+	if code, res := r2.v1Push(a2, v1Env("01JQV1000000000000000000F2", "bob@beta", "dave@gamma")); code != 413 || !strings.Contains(errText(res), "too many recipient hosts") {
+		t.Fatalf("push over max_targets = %d %+v", code, res)
+	}
+	for _, h := range []host{b2, g2} {
+		if p := r2.v1Pull(h, 0); len(p.Items) != 0 {
+			t.Fatalf("a refused fan-out stored an item for %s", h.name)
+		}
+	}
+}
