@@ -26,6 +26,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/agentmbx/agentmbx/api"
+	"github.com/agentmbx/agentmbx/internal/testkit"
 	"github.com/agentmbx/agentmbx/mbx"
 	"github.com/agentmbx/agentmbx/relayserver"
 	"github.com/agentmbx/agentmbx/relayserver/pgstore"
@@ -148,12 +149,14 @@ type replica struct {
 	env    []string
 	db     string
 	p      *relayProc
+	logs   []*testkit.SyncBuffer // of every process this replica ran
 }
 
 func (r *replica) start() {
 	r.t.Helper()
 	addrFile := filepath.Join(r.dir, "replica"+strconv.Itoa(r.n)+".addr")
 	r.p = startRelay(r.t, addrFile, r.env, "--db", r.db, "--listen", r.listen)
+	r.logs = append(r.logs, r.p.log)
 }
 
 func (r *replica) kill() {
@@ -229,6 +232,7 @@ func testReplicas(t *testing.T, n int) {
 		from, to int
 	}
 	var mail []sent
+	cuts := 0
 	const rounds = 4 // 8 messages with two replicas, 24 with three
 	for round := range rounds {
 		for i, a := range hosts {
@@ -248,6 +252,7 @@ func testReplicas(t *testing.T, n int) {
 			reps[k].start()
 		case 1:
 			t.Logf("round %d: database connections cut for a second", round)
+			cuts++
 			proxy.cut()
 			time.Sleep(time.Second)
 			proxy.restore()
@@ -299,6 +304,18 @@ func testReplicas(t *testing.T, n int) {
 		}
 		return items == 0, fmt.Sprintf("%d items queued", items)
 	})
+	if cuts > 0 {
+		// The cut reached the replicas: their listening sessions broke and came back.
+		lost := 0
+		for _, r := range reps {
+			for _, l := range r.logs {
+				lost += strings.Count(l.String(), "listener lost")
+			}
+		}
+		if lost == 0 {
+			t.Fatalf("%d database cuts, yet no replica's listener noticed", cuts)
+		}
+	}
 	t.Logf("%d messages through %d replicas, each delivered once", len(mail), n)
 }
 
