@@ -455,3 +455,20 @@ func TestNewRefusesBadInput(t *testing.T) {
 		}
 	}
 }
+
+func TestPlainRemote(t *testing.T) {
+	for u, want := range map[string]bool{
+		"http://relay.example.com":     true,
+		"http://192.168.1.20:7374":     true,
+		"https://relay.example.com":    false,
+		"http://127.0.0.1:7374":        false,
+		"http://127.8.9.10:7374":       false,
+		"http://localhost:7374":        false,
+		"http://[::1]:7374":            false,
+		"HTTP://relay.example.com/pre": true,
+	} {
+		if got := PlainRemote(u); got != want {
+			t.Errorf("PlainRemote(%q) = %v, want %v", u, got, want)
+		}
+	}
+}

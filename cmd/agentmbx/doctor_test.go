@@ -7,6 +7,7 @@ package main
 
 import (
 	"encoding/json"
+	"net/http"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -109,6 +110,24 @@ func TestE2EDoctor(t *testing.T) {
 		}
 	}
 	wantCheck(t, rep, "daemon.version", doctor.OK, "same build")
+	// One version string everywhere: this binary, the LAN status, the relay's info.
+	var v struct{ String string }
+	vcmd := exec.Command(agentmbxPath(t), "version", "--json")
+	vcmd.Env = childEnv()
+	vout, err := vcmd.Output()
+	if err != nil || json.Unmarshal(vout, &v) != nil {
+		t.Fatalf("version --json: %v %s", err, vout)
+	}
+	resp, err := http.Get("http://" + a.addr + "/v2/status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var lan struct{ Version string }
+	err = json.NewDecoder(resp.Body).Decode(&lan)
+	resp.Body.Close()
+	if err != nil || v.String == "" || lan.Version != v.String || info.Version != v.String {
+		t.Fatalf("versions: binary %q, LAN status %q, relay info %q (%v)", v.String, lan.Version, info.Version, err)
+	}
 	epoch1 := a.relayStatus().Epoch
 	wantCheck(t, rep, "relay.enrol", doctor.OK, "epoch "+epoch1)
 
