@@ -42,6 +42,7 @@ func newRelayServeCmd() *cobra.Command {
 	var storeDir, db, listen, addrFile, trust, metricsListen, metricsAddrFile string
 	var lf logFlags
 	var tf relayTLSFlags
+	var lim limitFlags
 	cmd := &cobra.Command{
 		Use:   "serve [--store-dir DIR | --db URL] [--listen ADDR] [--tls-cert FILE --tls-key FILE | --acme-domain NAME] [--addr-file FILE] [--trust-proxy MODE] [--metrics-listen ADDR]",
 		Short: "Run the relay in the foreground",
@@ -141,8 +142,8 @@ when $` + relayserver.EnvRelayKey + ` is not set.`,
 					}
 					printServedKey(cmd.ErrOrStderr(), relayPub, tf.servedBase(addr, tlsConf != nil))
 				},
-				Options: relayserver.Options{TrustProxy: mode, Version: version.String(), Logger: log,
-					MetricsToken: os.Getenv(envMetricsToken)},
+				Options: lim.apply(relayserver.Options{TrustProxy: mode, Version: version.String(), Logger: log,
+					MetricsToken: os.Getenv(envMetricsToken)}),
 				MetricsListen:   metricsListen,
 				MetricsAddrFile: metricsAddrFile,
 			})
@@ -163,6 +164,7 @@ when $` + relayserver.EnvRelayKey + ` is not set.`,
 	cmd.Flags().StringVar(&addrFile, "addr-file", "", "write the bound host:port to this file once listening")
 	cmd.Flags().StringVar(&trust, "trust-proxy", "", "client address from a proxy header: xff or cloudflare (default $"+relayserver.EnvRelayTrustProxy+")")
 	tf.add(cmd)
+	lim.add(cmd)
 	cmd.Flags().StringVar(&metricsListen, "metrics-listen", "", "serve /metrics, /healthz and /readyz on this private address (default: off)")
 	cmd.Flags().StringVar(&metricsAddrFile, "metrics-addr-file", "", "write the metrics listener's bound host:port to this file")
 	addLogFlags(cmd, &lf)

@@ -1,0 +1,35 @@
+package main
+
+import (
+	"github.com/spf13/cobra"
+
+	"github.com/agentmbx/agentmbx/relayserver"
+)
+
+// limitFlags are relay serve's bounds on what clients may make it hold (issue 9).
+type limitFlags struct {
+	bodyBudget, maxItems, maxBytes int64
+	perClient, enrolPerDay         int
+}
+
+func (l *limitFlags) add(cmd *cobra.Command) {
+	f := cmd.Flags()
+	f.Int64Var(&l.bodyBudget, "body-budget", relayserver.DefaultBodyBudget,
+		"request body bytes in flight across the relay; past it requests get 503 before their body is read")
+	f.IntVar(&l.perClient, "max-per-client", relayserver.DefaultMaxPerClient,
+		"requests with a body one client address (IPv6: one /64) may have in flight")
+	f.Int64Var(&l.maxItems, "max-relay-items", 0,
+		"items all queues may hold together, past which pushes get rejected:quota:relay (0: from the free disk space at start; -1: no limit)")
+	f.Int64Var(&l.maxBytes, "max-relay-bytes", 0,
+		"wire bytes all queues may hold together (0: from the free disk space at start; -1: no limit)")
+	f.IntVar(&l.enrolPerDay, "new-enrolments-per-day", relayserver.DefaultNewEnrolmentsPerDay,
+		"new host keys one client address may enrol a day (-1: no limit)")
+}
+
+// apply sets the flags' values in o.
+func (l *limitFlags) apply(o relayserver.Options) relayserver.Options {
+	o.BodyBudget, o.MaxPerClient = l.bodyBudget, l.perClient
+	o.MaxRelayItems, o.MaxRelayBytes = l.maxItems, l.maxBytes
+	o.NewEnrolmentsPerDay = l.enrolPerDay
+	return o
+}
