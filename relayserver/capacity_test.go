@@ -1,6 +1,7 @@
 package relayserver_test
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/agentmbx/agentmbx/mbx"
@@ -56,5 +57,21 @@ func TestRelayWideByteLimitAcrossRestart(t *testing.T) {
 	r.restart()
 	if st := statuses(r.push(a, envItem("01KKNTQ69NA67N0QBPXKXFN529", b))); st[0] != "rejected:quota:relay" {
 		t.Fatalf("push after a restart = %v, want rejected:quota:relay", st)
+	}
+}
+
+// The v1 push endpoint holds the same relay-wide limit.
+func TestRelayWideCapacityV1(t *testing.T) {
+	t.Parallel()
+	r, a, _, _ := setup(t, func(o *relayserver.Options) { o.MaxRelayItems = 1 })
+	if code, res := r.v1Push(a, v1Env("01JQV1000000000000000000D1", "bob@beta")); code != 200 || res.Stored != 1 {
+		t.Fatalf("first v1 push = %d %+v", code, res)
+	}
+	code, res := r.v1Push(a, v1Env("01JQV1000000000000000000D2", "bob@beta"))
+	if code != 413 || !strings.Contains(errText(res), relayserver.RejectRelayQuota) {
+		t.Fatalf("v1 push on a full relay = %d %+v, want %s", code, res, relayserver.RejectRelayQuota)
+	}
+	if code, res := r.v1Push(a, v1Env("01JQV1000000000000000000D1", "bob@beta")); code != 200 || res.Stored != 1 {
+		t.Fatalf("v1 retry of the stored envelope on a full relay = %d %+v", code, res)
 	}
 }

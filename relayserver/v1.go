@@ -155,7 +155,7 @@ type v1Envelope struct {
 }
 
 // v1Store stores one envelope for every host it is addressed to, in one unit.
-func (s *Server) v1Store(ctx context.Context, caller Enrolment, raw json.RawMessage, now time.Time) error {
+func (s *Server) v1Store(ctx context.Context, caller Enrolment, raw json.RawMessage, now time.Time) (err error) {
 	wire, e, err := v1Wire(raw)
 	if err != nil {
 		return err
@@ -168,7 +168,22 @@ func (s *Server) v1Store(ctx context.Context, caller Enrolment, raw json.RawMess
 		return err
 	}
 	hash := mbx.WireHash(wire)
+	// The relay-wide capacity, as for a v2 push (capacity.go).
+	want := Counts{Items: int64(len(targets)), Bytes: int64(len(targets)) * int64(len(wire))}
+	noRoom := s.spaceLow() || !s.cap.take(ctx, want.Items, want.Bytes, now)
+	if noRoom {
+		want = Counts{}
+	}
 	var woke []string
+	defer func() {
+		stored := int64(len(woke))
+		if err != nil {
+			stored = 0
+		}
+		if left := want.Items - stored; left > 0 {
+			s.cap.give(left, left*int64(len(wire)))
+		}
+	}()
 	err = s.store.Update(ctx, func(tx Tx) error {
 		woke = woke[:0]
 		for _, t := range targets {
@@ -181,6 +196,9 @@ func (s *Server) v1Store(ctx context.Context, caller Enrolment, raw json.RawMess
 			}
 			if !a.Allowed {
 				return refuse("sender not accepted by %s", t.HostName)
+			}
+			if noRoom {
+				return refuse("%s for %s", RejectRelayQuota, t.HostName)
 			}
 			if code := s.quotaCode(a, int64(len(wire))); code != "" {
 				return refuse("%s for %s", code, t.HostName)
