@@ -24,11 +24,13 @@ const MaxPushBytes = 5 << 20
 
 // retryableRejections are the relay's rejection codes (after "rejected:") where a later retry of
 // the same bytes can succeed.
-var retryableRejections = []string{"quota:", "rate", "target not enrolled", "sender not accepted by target"}
+var retryableRejections = []string{"quota:", "rate", "target not enrolled", "sender not accepted by target", "target revoked"}
 
 // RetryableRejection reports whether a relay rejection code is one a later retry of the same
 // bytes can get past (a quota, a rate limit, a target not yet enrolled or not yet allowing
-// this sender).
+// this sender). "target revoked" is one too: the target rotated its key, and the row waits, up
+// to its own deadline, for the rotation record that rebinds it to the new key; ending it at once
+// would lose mail that the rotation is about to make deliverable.
 func RetryableRejection(code string) bool {
 	for _, p := range retryableRejections {
 		if code == p || (strings.HasSuffix(p, ":") && strings.HasPrefix(code, p)) {
