@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/agentmbx/agentmbx/api"
@@ -141,7 +142,7 @@ func checkModes(env Env, r *Report) {
 	}
 	if len(bad) > 0 {
 		r.add(Check{ID: "home.modes", Status: Fail, Summary: "others can read the host's files",
-			Detail: joinLines(bad),
+			Detail: strings.Join(bad, "\n"),
 			Fix: fmt.Sprintf("chmod 700 %s && chmod 600 %s %s %s", env.Home, filepath.Join(env.Home, HostKeyFile),
 				filepath.Join(env.Home, EncKeyFile), filepath.Join(env.Home, StateFile))})
 		return
@@ -169,17 +170,6 @@ func checkDaemon(env Env, st api.Status, r *Report) {
 	default:
 		r.add(Check{ID: "daemon.version", Status: OK, Summary: "same build as this binary: " + st.Version})
 	}
-}
-
-func joinLines(ls []string) string {
-	out := ""
-	for i, l := range ls {
-		if i > 0 {
-			out += "\n"
-		}
-		out += l
-	}
-	return out
 }
 
 // marker is MarkerFile's content.

@@ -105,7 +105,7 @@ func checkEnded(rows []api.OutboxRow, last time.Time, r *Report) {
 		lines = append(lines[:10], fmt.Sprintf("… and %d more (agentmbx outbox)", len(lines)-10))
 	}
 	r.add(Check{ID: "outbox.ended", Status: Warn, Summary: fmt.Sprintf("%s %s", countStates(byState), since),
-		Detail: joinLines(lines), Fix: "agentmbx sent " + ended[0].MsgID + " (the senders also got an alert from mbx)"})
+		Detail: strings.Join(lines, "\n"), Fix: "agentmbx sent " + ended[0].MsgID + " (the senders also got an alert from mbx)"})
 }
 
 // countStates prints counts by state in a fixed order ("2 pending, 1 done").

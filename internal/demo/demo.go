@@ -115,6 +115,7 @@ func Run(ctx context.Context, cfg Config) (res Result, err error) {
 			p.kill()
 		}
 		if cfg.Keep {
+			d.writeLogs()
 			res.Dir = dir
 			d.say("kept %s (relay store, both host homes, logs in *.log)", dir)
 		} else {
@@ -189,12 +190,26 @@ func (d *run) env() []string {
 	return append(env, "GORACE="+gorace)
 }
 
-// dumpLogs writes the children's logs to files in the directory (kept with Keep) and, when a
-// step failed, their last lines to the narration.
+// writeLogs writes each child's output to NAME.log in the directory (a restarted child's
+// after its earlier run's).
+func (d *run) writeLogs() {
+	logs := map[string]string{}
+	var names []string
+	for _, p := range d.procs {
+		if _, ok := logs[p.name]; !ok {
+			names = append(names, p.name)
+		}
+		logs[p.name] += p.log.String()
+	}
+	for _, n := range names {
+		_ = os.WriteFile(filepath.Join(d.dir, n+".log"), []byte(logs[n]), 0o600)
+	}
+}
+
+// dumpLogs writes the last lines of each child's output to the narration (after a failed step).
 func (d *run) dumpLogs() {
 	for _, p := range d.procs {
 		log := p.log.String()
-		_ = os.WriteFile(filepath.Join(d.dir, p.name+".log"), []byte(log), 0o600)
 		lines := strings.Split(strings.TrimRight(log, "\n"), "\n")
 		if len(lines) > 15 {
 			lines = lines[len(lines)-15:]
