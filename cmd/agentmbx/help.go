@@ -29,6 +29,8 @@ var examples = map[string]string{
   agentmbx init --home ./work --host work --listen 127.0.0.1:7383`,
 	"agentmbx daemon": `  agentmbx daemon &
   agentmbx daemon --home ./work --listen 127.0.0.1:7383 --addr-file work.addr`,
+	"agentmbx daemon install": `  agentmbx daemon install --user --dry-run   # show the service file and commands
+  agentmbx daemon install --user`,
 	"agentmbx id": `  agentmbx id
   agentmbx id --card --addr 192.168.1.20:7373 > laptop.card   # for peers add on the other host`,
 	"agentmbx send": `  agentmbx send --as alice --to bob@work --subject hello -m "hi bob"
@@ -60,6 +62,8 @@ var examples = map[string]string{
 	"agentmbx relay rotate-epoch": `  agentmbx relay rotate-epoch --store-dir /var/lib/agentmbx-relay`,
 	"agentmbx relay bench":        `  agentmbx relay bench --seconds 10 --json`,
 	"agentmbx relay unset":        `  agentmbx relay unset`,
+	"agentmbx relay healthcheck": `  agentmbx relay healthcheck
+  agentmbx relay healthcheck --url http://127.0.0.1:7374/readyz`,
 	"agentmbx relay quarantine": `  agentmbx relay quarantine
   agentmbx relay quarantine --json`,
 }
