@@ -66,6 +66,7 @@ type Host struct {
 	kick chan struct{}    // wakes the outbox loop (buffered, 1)
 	rl   relayRuntime     // the relay in use (relay.go)
 	pair *pairing.Service // LAN pairing (socket.go)
+	ops  opsCounters      // counters and the readiness probe (ops.go)
 
 	mu       sync.Mutex
 	listen   string // configured listen address (meta)

@@ -256,6 +256,8 @@ func (h *Host) record(ctx context.Context, host string, rows []outbox.Row, out [
 				row, err = ob.MarkAttemptFailed(r.Key(), tr, fmt.Errorf("%s outcome not storable: %w", o.Kind, err))
 				o.Kind = outbox.OutcomeFailed
 			}
+			kind := o.Kind // counted once committed, also when a receipt settled the row first
+			tx.OnCommit(func() { h.ops.countOutcome(tr, kind) })
 			if errors.Is(err, outbox.ErrTransition) || errors.Is(err, outbox.ErrNotFound) {
 				// Settled by a receipt (or swept) while the attempt ran: nothing to record.
 				h.log.Debug("outbox outcome not recorded", logkey.Row, r.Key().String(), logkey.Err, err)

@@ -42,6 +42,8 @@ type node struct {
 	home string
 	addr string        // the daemon's LAN address (host:port), kept across restarts
 	d    *testkit.Proc // the running daemon
+	// daemonArgs are added to the daemon's command line.
+	daemonArgs []string
 }
 
 // childEnv is the environment of a child agentmbx: this one, with extra, and without the second
@@ -174,6 +176,7 @@ func (n *node) start() {
 	addrFile := n.home + ".addr"
 	os.Remove(addrFile)
 	cmd := exec.Command(agentmbxPath(n.t), "daemon", "--home", n.home, "--listen", listen, "--tick", e2eTick, "--addr-file", addrFile)
+	cmd.Args = append(cmd.Args, n.daemonArgs...)
 	cmd.Env = childEnv()
 	d := testkit.StartProc(n.t, cmd)
 	n.d = d
