@@ -4,6 +4,8 @@ package host
 
 import (
 	"go.etcd.io/bbolt"
+
+	"github.com/agentmbx/agentmbx/relaylink"
 )
 
 // sendersCurrentTx reports whether the sender allowlist last published at the relay s names
@@ -16,6 +18,10 @@ func sendersCurrentTx(tx *bbolt.Tx, s *relayState) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	_, hash := sendersOf(peers)
+	keys := make([]string, len(peers))
+	for i, p := range peers {
+		keys[i] = p.HostPubkey
+	}
+	_, hash := relaylink.AllowList(keys)
 	return s.Senders.Hash == hash && s.Senders.Epoch == s.Epoch, nil
 }

@@ -2,8 +2,6 @@ package host
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"slices"
@@ -20,6 +18,7 @@ import (
 	"github.com/agentmbx/agentmbx/mbx"
 	"github.com/agentmbx/agentmbx/quarantine"
 	"github.com/agentmbx/agentmbx/relayclient"
+	"github.com/agentmbx/agentmbx/relaylink"
 )
 
 // The relay: the second transport, for peers the LAN does not reach (docs/design.md: Relay identity
@@ -44,12 +43,12 @@ var (
 
 // Operations whose last failure RelayStatus reports.
 const (
-	opInfo    = "info"
-	opEnrol   = "enrol"
-	opEncAd   = "enc-ad"
-	opSenders = "senders"
-	opPush    = "push"
-	opPull    = "pull"
+	opInfo    = relaylink.OpInfo
+	opEnrol   = relaylink.OpEnrol
+	opEncAd   = relaylink.OpEncAd
+	opSenders = relaylink.OpSenders
+	opPush    = relaylink.OpPush
+	opPull    = relaylink.OpPull
 )
 
 // relayState is the relay bucket's record: the pinned relay and what this host knows of it.
@@ -62,42 +61,14 @@ type relayState struct {
 	CA string `json:"ca,omitempty"`
 
 	// Epoch is the relay epoch last seen in an info, push or pull answer ("" before any).
-	Epoch  string      `json:"epoch,omitempty"`
-	Limits *mbx.Limits `json:"limits,omitempty"`
+	Epoch string `json:"epoch,omitempty"`
 	// KeyChange is set when the relay served another key: relay use is stopped.
 	KeyChange *api.RelayKeyChange `json:"key_change,omitempty"`
 
-	Enrolled *relayEnrolment `json:"enrolled,omitempty"`
-	EncAd    *relayEncAd     `json:"enc_ad,omitempty"`
-	Senders  *relaySenders   `json:"senders,omitempty"`
+	// Published is what the keeper learned: limits, the enrolment cache, the publications.
+	relaylink.Published
 
 	Problems map[string]api.RelayProblem `json:"problems,omitempty"`
-}
-
-// relayEnrolment is the enrolment cache (docs/design.md: Enrolment and publications): valid only
-// for the relay, relay key, epoch and host key it names, never a permanent flag.
-type relayEnrolment struct {
-	URL      string `json:"url"`
-	RelayKey string `json:"relay_pubkey"`
-	Epoch    string `json:"epoch"`
-	HostKey  string `json:"host_pubkey"`
-	At       string `json:"at"`
-}
-
-// relayEncAd is the enc-key ad last published and confirmed.
-type relayEncAd struct {
-	Epoch  string `json:"epoch"`
-	EncPub string `json:"enc_pub"`
-	At     string `json:"at"`
-	Exp    string `json:"exp"`
-}
-
-// relaySenders is the sender allowlist last published and confirmed.
-type relaySenders struct {
-	Epoch string `json:"epoch"`
-	Hash  string `json:"hash"` // sha256 of the sorted keys, one per line
-	Count int    `json:"count"`
-	At    string `json:"at"`
 }
 
 func (s *relayState) pin() relayclient.Pin {
@@ -113,8 +84,7 @@ func (s *relayState) limits() mbx.Limits {
 
 // enrolledFor reports whether the enrolment cache holds for this relay, epoch and host key.
 func (s *relayState) enrolledFor(epoch, hostKey string) bool {
-	e := s.Enrolled
-	return e != nil && e.URL == s.URL && e.RelayKey == s.RelayKey && e.Epoch == epoch && e.HostKey == hostKey
+	return s.Enrolled.EnrolledFor(s.pin(), epoch, hostKey)
 }
 
 func loadRelayTx(tx *bbolt.Tx) (*relayState, error) {
@@ -462,7 +432,7 @@ func (h *Host) RelaySet(ctx context.Context, req api.RelaySetRequest) (api.Relay
 		}
 		lim := info.Limits
 		return saveRelayTx(tx, &relayState{URL: pin.URL, RelayKey: pin.RelayKey, PinnedAt: mbx.ISOTime(h.clock()),
-			TOFU: fp == "", CA: req.CA, Limits: &lim, Epoch: info.Epoch})
+			TOFU: fp == "", CA: req.CA, Published: relaylink.Published{Limits: &lim}, Epoch: info.Epoch})
 	})
 	if err != nil {
 		return api.RelayStatus{}, fmt.Errorf("host: relay set: %w", err)
@@ -597,22 +567,6 @@ func peerWithKey(peers []PeerRecord, key string) (PeerRecord, bool) {
 		}
 	}
 	return PeerRecord{}, false
-}
-
-// sendersOf is the sender allowlist of this host: its peers' current host keys, sorted, at most
-// mbx.MaxSenders, and a hash that tells whether it changed.
-func sendersOf(peers []PeerRecord) ([]string, string) {
-	keys := make([]string, 0, len(peers))
-	for _, p := range peers {
-		keys = append(keys, p.HostPubkey)
-	}
-	slices.Sort(keys)
-	keys = slices.Compact(keys)
-	if len(keys) > mbx.MaxSenders {
-		keys = keys[:mbx.MaxSenders]
-	}
-	sum := sha256.Sum256([]byte(strings.Join(keys, "\n")))
-	return keys, hex.EncodeToString(sum[:])
 }
 
 // Host implements api.RelayService on its store.
