@@ -196,9 +196,6 @@ func newDaemonInstallCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "install [--user] [--dry-run] [--dir DIR] [--bin PATH]",
 		Short: "Install the daemon as a service that starts at boot or login (systemd, launchd)",
-		Example: `  agentmbx daemon install --user             # systemd user unit or LaunchAgent, enabled now
-  agentmbx daemon install --user --dry-run   # show the file and the commands, change nothing
-  sudo agentmbx daemon install --home /home/me/.local/share/agentmbx   # a system unit run as you`,
 		Long: `Write the daemon's service file for this system and enable it, printing what it did.
 
 Linux: a systemd unit, agentmbx.service; with --user a user unit in ~/.config/systemd/user, run by

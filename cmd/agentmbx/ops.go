@@ -46,8 +46,6 @@ func newRelayHealthcheckCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "healthcheck [--url URL]",
 		Short: "Exit 0 when a relay's /healthz answers 200 (for container health checks)",
-		Example: `  agentmbx relay healthcheck
-  agentmbx relay healthcheck --url http://127.0.0.1:9374/readyz`,
 		Long: `GET the URL (default http://127.0.0.1:7374/healthz) and exit 0 when it answers 200, else 1.
 Point it at /readyz to check readiness instead (the store takes writes, the heartbeat is fresh).`,
 		Args: cobra.NoArgs,
