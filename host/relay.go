@@ -256,7 +256,7 @@ func (h *Host) relayKeyChanged(l *relayLink, kc *relayclient.KeyChangedError) {
 	}
 	if ran {
 		h.log.Error("relay key changed: relay use stopped until the owner confirms the new key with `agentmbx relay set`",
-			"relay", l.pin.URL, "pinned", kc.Pinned, "served", kc.Served)
+			logkey.Relay, l.pin.URL, logkey.Pinned, kc.Pinned, logkey.Served, kc.Served)
 	}
 	h.dropLink()
 }
@@ -356,7 +356,7 @@ func (h *Host) relayEpochSeen(l *relayLink, epoch string) bool {
 	h.rl.mu.Unlock()
 	if changed {
 		h.log.Warn("relay epoch changed: re-pushing relay-accepted rows, pulling again from 0, enrolling again",
-			"relay", l.pin.URL, "epoch", epoch, "repush", repushed)
+			logkey.Relay, l.pin.URL, logkey.Epoch, epoch, logkey.Repush, repushed)
 		h.afterEpochChange()
 	}
 	return changed

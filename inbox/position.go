@@ -245,7 +245,7 @@ func (s *Store) logReset(p Position) {
 		return
 	}
 	s.logger.Warn("relay receive position reset", logkey.Relay, p.Relay, logkey.Reason, p.LastReset.Reason.String(),
-		"from_epoch", p.LastReset.FromEpoch, "from_through", p.LastReset.FromThrough, "epoch", p.Epoch)
+		logkey.FromEpoch, p.LastReset.FromEpoch, logkey.FromThrough, p.LastReset.FromThrough, logkey.Epoch, p.Epoch)
 }
 
 // Tx is the positions inside one bbolt transaction.

@@ -72,7 +72,7 @@ func (f *refusals) note(peer, path, reason string) {
 	if !f.logged.IsZero() && now.Sub(f.logged) < refusalLogEvery {
 		return
 	}
-	f.log.Warn("LAN requests refused", "count", f.count, "since", f.logged, "last_peer", peer,
-		logkey.Path, path, "last_reason", reason)
+	f.log.Warn("LAN requests refused", logkey.Count, f.count, logkey.Since, f.logged, logkey.LastPeer, peer,
+		logkey.Path, path, logkey.LastReason, reason)
 	f.count, f.logged = 0, now
 }
