@@ -62,6 +62,7 @@ type Metrics struct {
 	topN int
 
 	items          *prometheus.CounterVec
+	v1Envelopes    *prometheus.CounterVec
 	dedupConflicts prometheus.Counter
 	commitSeconds  prometheus.Histogram
 	commitUnits    prometheus.Histogram
@@ -91,6 +92,7 @@ func NewMetrics(topN int) *Metrics {
 	m := &Metrics{reg: prometheus.NewRegistry(), topN: topN}
 	m.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m.items = m.counterVec("items_total", "Pushed items by result: accepted, duplicate, or rejected with its code.", "result", "code")
+	m.v1Envelopes = m.counterVec("v1_envelopes_total", "Envelopes of v1 pushes (POST /v1/relay/messages): stored (a repeat of a stored id counts), or refused (the first refusal of a push; the rest of its batch is not looked at).", "result")
 	m.dedupConflicts = m.counter("dedup_conflicts_total", "Pushed items refused because their id was stored with other bytes (rejected:conflict).")
 	m.commitSeconds = m.histogram("commit_seconds", "Duration of each committed store write transaction, fsync included.",
 		prometheus.ExponentialBuckets(0.0005, 2, 14))
@@ -179,6 +181,17 @@ func (m *Metrics) pushed(work []*pushWork) {
 		default:
 			m.items.WithLabelValues(mbx.StatusAccepted, "").Inc()
 		}
+	}
+}
+
+// v1Pushed counts a v1 push that stored n envelopes and, when refused, stopped at one refusal.
+func (m *Metrics) v1Pushed(n int, refused bool) {
+	if m == nil {
+		return
+	}
+	m.v1Envelopes.WithLabelValues("stored").Add(float64(n))
+	if refused {
+		m.v1Envelopes.WithLabelValues("refused").Inc()
 	}
 }
 

@@ -396,3 +396,39 @@ func TestServeMetricsListenerAndJSONLogs(t *testing.T) {
 		}
 	}
 }
+
+// TestMetricsCountV1 reads the v1 endpoints' traffic back from the metrics: envelopes stored and
+// refused, the pull and the ack.
+func TestMetricsCountV1(t *testing.T) {
+	t.Parallel()
+	const token = "tok"
+	r, a, b, _ := setup(t, func(o *relayserver.Options) { o.Metrics, o.MetricsToken = relayserver.NewMetrics(0), token })
+	if code, res := r.v1Push(a, v1Env("01JQV1000000000000000000A1", "bob@beta")); code != 200 || res.Stored != 1 {
+		t.Fatalf("v1 push = %d %+v", code, res)
+	}
+	if code, res := r.v1Push(a, v1Env("01JQV1000000000000000000A2", "zed@nowhere")); res.Stored != 0 || res.Error == nil {
+		t.Fatalf("v1 push to nobody = %d %+v, want a refusal", code, res)
+	}
+	p := r.v1Pull(b, 0)
+	if code, out := r.callV1(b, "POST", "/v1/relay/ack", []byte(fmt.Sprintf(`{"cursor":%d}`, *p.Cursor))); code != 200 {
+		t.Fatalf("v1 ack = %d %s", code, out)
+	}
+	m := scrape(t, r.ts.URL+"/metrics", token)
+	for _, c := range []struct {
+		name   string
+		labels []string
+		want   float64
+	}{
+		{"agentmbx_relay_v1_envelopes_total", []string{"result=stored"}, 1},
+		{"agentmbx_relay_v1_envelopes_total", []string{"result=refused"}, 1},
+		{"agentmbx_relay_pulled_items_total", nil, 1},
+		{"agentmbx_relay_acks_total", nil, 1},
+		{"agentmbx_relay_acked_items_total", nil, 1},
+		{"agentmbx_relay_requests_total", []string{"route=POST /v1/relay/messages", "status=200"}, 1},
+		{"agentmbx_relay_queue_items", nil, 0},
+	} {
+		if got := metric(m, c.name, c.labels...); got != c.want {
+			t.Errorf("%s%v = %v, want %v", c.name, c.labels, got, c.want)
+		}
+	}
+}

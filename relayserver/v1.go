@@ -102,6 +102,7 @@ func (s *Server) handleV1Push(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	res := s.v1Push(r.Context(), caller, req.Envelopes)
+	s.met.v1Pushed(res.Stored, res.Error != "")
 	status := http.StatusOK
 	if res.Error != "" && res.Stored == 0 {
 		status = http.StatusRequestEntityTooLarge // 0.5.x's answer to a push that stored nothing
@@ -308,6 +309,7 @@ func (s *Server) handleV1Pull(w http.ResponseWriter, r *http.Request) {
 		}
 		resp.Items = append(resp.Items, v1Item{Seq: it.Seq, Envelope: it.Wire, From: from})
 	}
+	s.met.pulled(len(resp.Items))
 	s.writeJSON(w, http.StatusOK, resp)
 }
 
@@ -328,18 +330,21 @@ func (s *Server) handleV1Ack(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, fmt.Errorf("%w: cursor must be a number", ErrBadRequest))
 		return
 	}
+	var deleted int64
 	err = s.store.Update(r.Context(), func(tx Tx) error {
 		h, err := tx.Head(caller.HostPubkey)
 		if err != nil {
 			return err
 		}
 		through := min(max(0, int64(math.Floor(min(cursor, math.MaxInt64/2)))), h.HeadSeq)
-		_, err = tx.Ack(caller.HostPubkey, through)
+		res, err := tx.Ack(caller.HostPubkey, through)
+		deleted = res.Deleted
 		return err
 	})
 	if err != nil {
 		s.writeError(w, r, fmt.Errorf("v1 ack: %w", err))
 		return
 	}
+	s.met.acked(deleted)
 	s.writeJSON(w, http.StatusOK, mbx.OKResponse{OK: true})
 }
