@@ -99,7 +99,7 @@ func newTestHost(t *testing.T, name string, clock *testkit.Clock) *testHost {
 	if err := Init(dir, InitOptions{Host: name, Rand: testkit.Rand(seed), Clock: clock.Now}); err != nil {
 		t.Fatalf("Init(%s): %v", name, err)
 	}
-	h, err := Open(dir, &Options{Clock: clock.Now, Rand: testkit.Rand(seed + 1), Logger: testLogger(t).With("host", name),
+	h, err := Open(dir, &Options{Clock: clock.Now, Rand: testkit.Rand(seed + 1), Jitter: noJitter, Logger: testLogger(t).With("host", name),
 		HTTPClient: &http.Client{Timeout: 10 * time.Second}})
 	if err != nil {
 		t.Fatalf("Open(%s): %v", name, err)
@@ -253,3 +253,6 @@ func subjects(ms []api.Message) []string {
 }
 
 func isErr(err, target error) bool { return errors.Is(err, target) }
+
+// noJitter turns the outbox's backoff jitter off, so tests can step the clock by the schedule.
+func noJitter() float64 { return 0.5 }

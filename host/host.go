@@ -28,6 +28,9 @@ type Options struct {
 	Clock func() time.Time
 	// Rand is the randomness for message ids, seals and pairing tokens (default crypto/rand).
 	Rand io.Reader
+	// Jitter is the outbox's backoff jitter draw, uniform in [0, 1) (outbox.Options.Jitter;
+	// default math/rand/v2). Tests that step a fake clock by the schedule pass a fixed 0.5.
+	Jitter func() float64
 	// Logger receives the host's logs (default slog.Default()).
 	Logger *slog.Logger
 	// LockTimeout is how long Open waits for the store's lock before ErrLocked (default 1 s).
@@ -150,7 +153,7 @@ func Open(dir string, opts *Options) (*Host, error) {
 		db.Close()
 		return nil, fmt.Errorf("host: open %s: %w", dir, ErrNotInitialized)
 	}
-	ob, err := outbox.Open(db, &outbox.Options{Clock: o.Clock})
+	ob, err := outbox.Open(db, &outbox.Options{Clock: o.Clock, Jitter: o.Jitter})
 	if err != nil {
 		db.Close()
 		return nil, fmt.Errorf("host: open %s: %w", dir, err)

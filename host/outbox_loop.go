@@ -24,7 +24,7 @@ import (
 // holds up the others; a host whose previous send is still in flight is skipped until it
 // returns. Within a host, each row goes over the transport transportFor picks (LAN or relay).
 // Each host's outcomes are recorded in one transaction per transport: delivered rows end done,
-// relay-accepted ones wait for their receipts, failed ones back off (min(5 s · 2^attempts, 1 h)),
+// relay-accepted ones wait for their receipts, failed ones back off (min(5 s · 2^attempts, 1 h) ±20%),
 // retryable rejections too, other rejections end rejected and their sender gets an alert in the
 // same transaction. A sweep ends the rows past their deadline (72 h without delivery; for
 // relay-accepted rows accepted_at + retention + 24 h) with the same alert.

@@ -87,7 +87,7 @@ func newCrashHost(t *testing.T, name string, clock *testkit.Clock) *crashHost {
 
 func (c *crashHost) open() *testHost {
 	c.t.Helper()
-	h, err := Open(c.dir, &Options{Clock: c.clock.Now, Logger: testLogger(c.t).With("host", c.name),
+	h, err := Open(c.dir, &Options{Clock: c.clock.Now, Jitter: noJitter, Logger: testLogger(c.t).With("host", c.name),
 		HTTPClient: &http.Client{Timeout: 30 * time.Second}})
 	if err != nil {
 		c.t.Fatalf("Open(%s): %v", c.name, err)

@@ -32,6 +32,25 @@ func Backoff(attempts int) time.Duration {
 	return min(BaseBackoff<<attempts, MaxBackoff)
 }
 
+// JitterSpread is the jitter on every persisted backoff: a row waits Backoff(n) scaled by a factor
+// drawn uniformly from [1−JitterSpread, 1+JitterSpread), so hosts that failed together do not all
+// retry at the same moment.
+const JitterSpread = 0.2
+
+// Jittered scales d by 1 + JitterSpread·(2u−1). u is a uniform draw in [0, 1); values outside
+// are clamped into it, so the result always lies in [d·0.8, d·1.2]. It is cut to the millisecond,
+// the precision rows keep.
+func Jittered(d time.Duration, u float64) time.Duration {
+	u = max(0, min(u, 1))
+	return time.Duration(float64(d) * (1 + JitterSpread*(2*u-1))).Truncate(time.Millisecond)
+}
+
+// LatestBackoff is the longest a row can wait after a failed attempt when it had made attempts
+// before it: Backoff(attempts) with the most jitter up.
+func LatestBackoff(attempts int) time.Duration {
+	return Jittered(Backoff(attempts), 1)
+}
+
 // fmtDur prints a duration the way people read deadlines: "72h", "15d", "90m", "1.5s".
 func fmtDur(d time.Duration) string {
 	switch {

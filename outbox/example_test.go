@@ -27,7 +27,8 @@ func Example() {
 	defer db.Close()
 
 	now := time.Date(2026, 10, 2, 10, 0, 0, 0, time.UTC)
-	store, err := outbox.Open(db, &outbox.Options{Clock: func() time.Time { return now }})
+	store, err := outbox.Open(db, &outbox.Options{Clock: func() time.Time { return now },
+		Jitter: func() float64 { return 0.5 }}) // no jitter, so that the output below is fixed
 	if err != nil {
 		log.Fatal(err)
 	}

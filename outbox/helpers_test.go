@@ -36,7 +36,9 @@ func openDB(t testing.TB, sync bool) *bbolt.DB {
 func openTest(t testing.TB) (*Store, *testkit.Clock) {
 	t.Helper()
 	clk := newClock()
-	s, err := Open(openDB(t, false), &Options{Clock: clk.Now})
+	// Jitter off: these tests check the schedule to the millisecond; jitter_test.go checks
+	// the jitter.
+	s, err := Open(openDB(t, false), &Options{Clock: clk.Now, Jitter: noJitter})
 	if err != nil {
 		t.Fatalf("Open: %v", err)
 	}
@@ -107,3 +109,6 @@ func keysOf(rows []Row) []Key {
 	}
 	return out
 }
+
+// noJitter is the draw that scales a backoff by exactly 1.
+func noJitter() float64 { return 0.5 }

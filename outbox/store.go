@@ -3,6 +3,7 @@ package outbox
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"time"
 
 	"go.etcd.io/bbolt"
@@ -17,6 +18,10 @@ type Options struct {
 	LANDeadline time.Duration
 	// Grace is added to the relay retention for a relay-accepted row's deadline (default 24 h).
 	Grace time.Duration
+	// Jitter returns a uniform draw in [0, 1) that spreads each persisted backoff by
+	// ±JitterSpread (default math/rand/v2's Float64). Tests inject a fixed or seeded source;
+	// func() float64 { return 0.5 } turns jitter off.
+	Jitter func() float64
 }
 
 // Store is the outbox inside a bbolt database that the caller opened and owns (the host keeps
@@ -27,6 +32,7 @@ type Store struct {
 	clock       func() time.Time
 	lanDeadline time.Duration
 	grace       time.Duration
+	jitter      func() float64
 }
 
 // Open creates the outbox buckets in db if they are missing and returns the Store. It refuses
@@ -35,10 +41,13 @@ func Open(db *bbolt.DB, opts *Options) (*Store, error) {
 	if db == nil {
 		return nil, fmt.Errorf("outbox: open: %w: nil database", ErrInvalid)
 	}
-	s := &Store{db: db, clock: time.Now, lanDeadline: DefaultLANDeadline, grace: DefaultGrace}
+	s := &Store{db: db, clock: time.Now, lanDeadline: DefaultLANDeadline, grace: DefaultGrace, jitter: rand.Float64}
 	if opts != nil {
 		if opts.Clock != nil {
 			s.clock = opts.Clock
+		}
+		if opts.Jitter != nil {
+			s.jitter = opts.Jitter
 		}
 		if opts.LANDeadline < 0 || opts.Grace < 0 {
 			return nil, fmt.Errorf("outbox: open: %w: negative deadline", ErrInvalid)

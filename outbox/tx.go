@@ -43,6 +43,11 @@ func (t *Tx) Bolt() *bbolt.Tx { return t.tx }
 
 func (t *Tx) now() time.Time { return msTime(t.s.clock()) }
 
+// backoff is Backoff(attempts) with the Store's jitter.
+func (t *Tx) backoff(attempts int) time.Duration {
+	return Jittered(Backoff(attempts), t.s.jitter())
+}
+
 func (t *Tx) readable(op string) error {
 	if t.err != nil {
 		return fmt.Errorf("outbox: %s: %w", op, t.err)
@@ -388,7 +393,7 @@ func (t *Tx) MarkDelivered(k Key) (Row, error) {
 
 // MarkAttemptFailed records a failed attempt over tr (lan or relay): attempts + 1, lan_failures
 // + 1 for the LAN, last_error = cause's text (cleaned of control characters, cut to MaxText), and
-// next_at = now + Backoff(attempts before this one). It applies to pending rows and to
+// next_at = now + Backoff(attempts before this one) ± JitterSpread. It applies to pending rows and to
 // relay-accepted rows flagged for a re-push (relay only). cause must not be nil.
 func (t *Tx) MarkAttemptFailed(k Key, tr Transport, cause error) (Row, error) {
 	const op = "mark failed"
@@ -406,7 +411,7 @@ func (t *Tx) MarkAttemptFailed(k Key, tr Transport, cause error) (Row, error) {
 		if err := attemptable(op, r, tr); err != nil {
 			return err
 		}
-		r.NextAt = now.Add(Backoff(r.Attempts))
+		r.NextAt = now.Add(t.backoff(r.Attempts))
 		r.Attempts++
 		if tr == TransportLAN {
 			r.LANFailures++
@@ -434,7 +439,7 @@ func (t *Tx) MarkRejected(k Key, tr Transport, reason string, retryable bool) (R
 		if err := attemptable(op, r, tr); err != nil {
 			return err
 		}
-		delay := Backoff(r.Attempts)
+		delay := t.backoff(r.Attempts)
 		r.Attempts++
 		r.Transport, r.LastError = tr, reason
 		if retryable {
