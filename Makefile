@@ -1,7 +1,7 @@
 GO ?= go
 FUZZTIME ?= 5s
 
-.PHONY: build install demo test vet fmt fuzz bench release cross abuse
+.PHONY: build install demo test vet fmt fuzz bench release cross abuse soak
 
 # The version stamp: git describe and the commit (internal/version reads them).
 VERSION_PKG := github.com/agentmbx/agentmbx/internal/version
@@ -64,3 +64,9 @@ cross:
 abuse:
 	@out=$$(MBX_ABUSE=1 $(GO) test -count=1 -v -run '^TestAbuse' ./relayserver/ ./lan/ 2>&1); st=$$?; \
 	echo "$$out" | grep -E 'abuse:|^(---|ok|FAIL)|Error'; exit $$st
+
+# The real-process soak (package soak, README "Soak"): a relay and three hosts as child processes
+# under seeded traffic and faults; ends with one `soak: seed=...` line. Size and seed from
+# SOAK_SEED, SOAK_MESSAGES, SOAK_RELAY_KILLS, SOAK_HOST_KILLS (see soak/soak_test.go).
+soak:
+	$(GO) test -tags soak -count=1 -v -timeout 4h -run '^TestSoak$$' ./soak/
