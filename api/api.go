@@ -33,6 +33,7 @@
 //	POST /v1/pair/confirm  PairConfirmRequest     → Peer (waits for the other side)
 //	POST /v1/pair/cancel                          → {}
 //
+// The outbox retry route (outbox.go) is served for a service that also implements OutboxService.
 // The mail routes (threads, search, replies, inbox pages, waiting for new mail; see mail.go) are
 // served for a service that also implements MailService. The relay routes are served for a
 // service that also implements RelayService, the pairing

@@ -272,3 +272,12 @@ func (s *Store) Prune(ctx context.Context, before time.Time, limit int) (int, er
 func (s *Store) Check(ctx context.Context) error {
 	return s.View(ctx, func(t *Tx) error { return t.Check() })
 }
+
+// RetryNow runs Tx.RetryNow in a transaction of its own.
+func (s *Store) RetryNow(ctx context.Context, id string) (moved, matched int, err error) {
+	err = s.Update(ctx, func(t *Tx) error {
+		moved, matched, err = t.RetryNow(id)
+		return err
+	})
+	return moved, matched, err
+}

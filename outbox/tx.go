@@ -697,6 +697,81 @@ func (t *Tx) MakeDue(host string) (int, error) {
 	return len(olds), nil
 }
 
+// RetryNow makes rows that wait in backoff due now (next_at = now), for `agentmbx outbox retry`:
+// with id "" every waiting row (a walk of the due index past now), otherwise the rows of item id
+// (an envelope's id is its message id) and the receipt rows of message id. Only due-tracked rows
+// move (pending ones, and relay-accepted ones flagged for a re-push); attempts and backoff counters
+// are kept. It returns how many rows it moved and how many due-tracked rows id named (those
+// already due included), so a caller can tell an unknown or finished message from one that was
+// already due.
+func (t *Tx) RetryNow(id string) (moved, matched int, err error) {
+	op := "retry " + id
+	if err := t.writable(op); err != nil {
+		return 0, 0, err
+	}
+	now := t.now()
+	var rks [][]byte
+	if id == "" {
+		rks, matched = t.waitingRows(now)
+	} else {
+		if err := checkText("item id", id, MaxItemID, false); err != nil {
+			return 0, 0, fmt.Errorf("outbox: %s: %w", op, err)
+		}
+		rks, matched, err = t.itemRows(id, now)
+		if err != nil {
+			return 0, 0, fmt.Errorf("outbox: %s: %w", op, err)
+		}
+	}
+	olds, err := t.loadRows(rks, "due")
+	if err != nil {
+		return 0, 0, fmt.Errorf("outbox: %s: %w", op, err)
+	}
+	for _, old := range olds {
+		r := old
+		r.NextAt, r.UpdatedAt = now, now
+		if err := t.put(&old, &r); err != nil {
+			return 0, 0, fmt.Errorf("outbox: %s: %w", op, err)
+		}
+	}
+	return len(olds), matched, nil
+}
+
+// waitingRows returns the keys of the due-tracked rows whose next_at is after now, and how many
+// due-tracked rows there are.
+func (t *Tx) waitingRows(now time.Time) (rks [][]byte, all int) {
+	last := timeBits(now)
+	c := t.b.due.Cursor()
+	for k, _ := c.First(); k != nil; k, _ = c.Next() {
+		all++
+		if len(k) > 8 && binary.BigEndian.Uint64(k) > last {
+			rks = append(rks, bytes.Clone(k[8:]))
+		}
+	}
+	return rks, all
+}
+
+// itemRows returns the keys of id's due-tracked rows (item id = id, or a receipt of message id)
+// whose next_at is after now, and how many of its rows are due-tracked.
+func (t *Tx) itemRows(id string, now time.Time) (rks [][]byte, matched int, err error) {
+	c := t.b.rows.Cursor()
+	for _, prefix := range [][]byte{prefixOf(id), []byte(receiptPrefix + id + ":")} {
+		for k, v := c.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, v = c.Next() {
+			r, err := decodeRow(v)
+			if err != nil {
+				return nil, 0, err
+			}
+			if !r.due() {
+				continue
+			}
+			matched++
+			if r.NextAt.After(now) {
+				rks = append(rks, bytes.Clone(k))
+			}
+		}
+	}
+	return rks, matched, nil
+}
+
 // RepushRelay flags for a re-push every relay-accepted row at relay whose acceptance was not
 // under epoch (epoch "" flags them all), for when the relay shows a new epoch: its store may have
 // lost what it accepted. A flagged row stays relay-accepted — it is never sent over the LAN, its

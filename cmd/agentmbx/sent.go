@@ -90,6 +90,7 @@ func newOutboxCmd() *cobra.Command {
 	}
 	addHomeFlag(cmd, &home)
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the rows as a JSON array")
+	cmd.AddCommand(newOutboxRetryCmd())
 	return cmd
 }
 

@@ -52,11 +52,13 @@ var routes = map[string]map[string]route{
 	"/v1/ack":    {http.MethodPost: (*handler).ack},
 	"/v1/sent":   {http.MethodGet: (*handler).sent},
 	"/v1/outbox": {http.MethodGet: (*handler).outbox},
-	"/v1/agents": {http.MethodGet: (*handler).agents, http.MethodPost: (*handler).addAgent},
-	"/v1/peers":  {http.MethodGet: (*handler).peers, http.MethodPost: (*handler).addPeer, http.MethodDelete: (*handler).removePeer},
-	"/v1/wait":   {http.MethodGet: (*handler).wait},
-	"/v1/status": {http.MethodGet: (*handler).status},
-	"/v1/card":   {http.MethodGet: (*handler).card},
+
+	"/v1/outbox/retry": {http.MethodPost: (*handler).outboxRetry},
+	"/v1/agents":       {http.MethodGet: (*handler).agents, http.MethodPost: (*handler).addAgent},
+	"/v1/peers":        {http.MethodGet: (*handler).peers, http.MethodPost: (*handler).addPeer, http.MethodDelete: (*handler).removePeer},
+	"/v1/wait":         {http.MethodGet: (*handler).wait},
+	"/v1/status":       {http.MethodGet: (*handler).status},
+	"/v1/card":         {http.MethodGet: (*handler).card},
 
 	"/v1/inbox/page":   {http.MethodGet: (*handler).inboxPage},
 	"/v1/wait/new":     {http.MethodGet: (*handler).waitNew},

@@ -1,0 +1,75 @@
+package main
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+)
+
+// TestE2EOutboxRetry: a row in backoff for a stopped peer is made due now through the daemon
+// (`outbox retry ID`, then `--all` once the peer is back) and delivered; bad calls are usage
+// errors (exit 2), a message with nothing to retry is exit 1; without a daemon the command works
+// on the store and says that the rows leave when the daemon starts. Cost: two daemons, ~10 s.
+func TestE2EOutboxRetry(t *testing.T) {
+	if testing.Short() {
+		t.Skip("end-to-end test")
+	}
+	dir := e2eDir(t)
+	a, b := newNode(t, dir, "alpha"), newNode(t, dir, "beta")
+	b.must("agents", "add", "bob")
+	a.start()
+	b.start()
+	pinCards(t, a, b)
+	b.stop()
+
+	id := a.send("alice", "bob@beta", "retry me", "after the outage")
+	attempts := func(min int) func() (bool, string) {
+		return func() (bool, string) {
+			rows := a.outboxRows(id)
+			return len(rows) == 1 && rows[0].State == "pending" && rows[0].Attempts >= min, fmt.Sprintf("%+v", rows)
+		}
+	}
+	// Two failed attempts: the row now waits 8–12 s.
+	a.waitFor("two failed attempts", attempts(2))
+	if out := a.must("outbox", "retry", id); !strings.HasPrefix(out, "1 rows due now\n") {
+		t.Fatalf("outbox retry %s = %q, want 1 row made due", id, out)
+	}
+	a.waitFor("a third attempt", attempts(3))
+
+	for _, args := range [][]string{{"outbox", "retry"}, {"outbox", "retry", "--all", id}} {
+		if r := a.run(args...); r.code != 2 || !strings.Contains(r.stderr, "name message ids or --all") {
+			t.Fatalf("agentmbx %v: exit %d, stderr %q; want a usage error", args, r.code, r.stderr)
+		}
+	}
+	if r := a.run("outbox", "retry", "01JZZZZZZZZZZZZZZZZZZZZZZZ"); r.code != 1 || !strings.Contains(r.stderr, "no outbox row waiting") {
+		t.Fatalf("retry of an unknown message: exit %d, stderr %q", r.code, r.stderr)
+	}
+
+	b.start()
+	var res struct {
+		Due     int `json:"due"`
+		Already int `json:"already_due"`
+	}
+	a.mustJSON(&res, "outbox", "retry", "--all")
+	if res.Due+res.Already != 1 {
+		t.Fatalf("outbox retry --all = %+v, want the one row", res)
+	}
+	b.waitMail("bob", id)
+	a.waitSent(id, "delivered", "bob@beta")
+	a.waitFor("the row to be done", func() (bool, string) {
+		rows := a.outboxRows(id)
+		return len(rows) == 1 && rows[0].State == "done", fmt.Sprintf("%+v", rows)
+	})
+	if r := a.run("outbox", "retry", id); r.code != 1 {
+		t.Fatalf("retry of a delivered message: exit %d, want 1\n%s", r.code, r.stderr)
+	}
+
+	// Without a daemon: the store directly; a new row is due already and waits for the daemon.
+	a.stop()
+	id2 := a.send("alice", "bob@beta", "queued", "no daemon")
+	r := a.run("outbox", "retry", id2)
+	if r.code != 0 || r.stdout != "0 rows due now (1 were due already)\n" || !strings.Contains(r.stderr, "leave when `agentmbx daemon` starts") {
+		t.Fatalf("retry without a daemon: exit %d\nstdout %q\nstderr %q", r.code, r.stdout, r.stderr)
+	}
+	b.stop()
+}
