@@ -125,6 +125,7 @@ type soak struct {
 
 	relayKills, hostKills, restores int
 	backup                          string
+	oldEpoch                        string // the epoch h1 knew before the restore
 }
 
 // freeAddr is a loopback address free a moment ago (the relay and the daemons keep theirs
@@ -415,6 +416,11 @@ func (s *soak) fault(ctx context.Context, e event) {
 		s.backup = filepath.Join(s.dir, "relay-backup.db")
 		s.must(ctx, "relay", "backup", s.backup, "--store-dir", filepath.Join(s.dir, "relay"))
 	case "restore":
+		st, err := s.relayStatus(ctx, s.hosts[0])
+		if err != nil || st.Epoch == "" {
+			s.t.Fatalf("seed %d: h1's relay epoch before the restore: %q %v", s.cfg.seed, st.Epoch, err)
+		}
+		s.oldEpoch = st.Epoch
 		if !s.relay.Exited() {
 			if err := s.relay.Stop(30 * time.Second); err != nil {
 				s.t.Fatalf("seed %d: stop the relay for the restore: %v", s.cfg.seed, err)
@@ -484,6 +490,9 @@ func (s *soak) quiesce(ctx context.Context) Tally {
 		st, err := s.relayStatus(ctx, h)
 		if err != nil {
 			s.t.Fatalf("seed %d: relay status of %s: %v", s.cfg.seed, h.Name, err)
+		}
+		if st.Epoch == s.oldEpoch {
+			s.t.Errorf("seed %d: %s is still in epoch %s after the restore", s.cfg.seed, h.Name, st.Epoch)
 		}
 		if st.Quarantined != 0 {
 			s.t.Errorf("seed %d: %s holds %d items in quarantine (none was forged or misrouted)", s.cfg.seed, h.Name, st.Quarantined)
