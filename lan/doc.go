@@ -3,10 +3,13 @@
 // to them. The wire (routes, bodies, limits) is mbx's: see mbx.PathLANEnvelopes.
 //
 // Every request but the two GETs carries a signed LAN hop (mbx.SignLANHop). The server checks,
-// before it reads a body, that the named host is a pinned peer (else 401), reads at most
-// mbx.MaxLANBody (else 413), and verifies the hop against the peer's pinned key within the hop
-// window (else 401). What passes is handed to the Host, which stores it and answers one status
-// per item; the server stores nothing itself.
+// before it reads a body, that the hop headers are there, the timestamp is within the window and
+// the named host is a pinned peer (else 401); reads at most mbx.MaxLANBody (else 413) within a
+// budget of body bytes in flight (else 503); and verifies the hop against the peer's pinned key
+// (else 401). What passes is handed to the Host, which stores it and answers one status per item;
+// the server stores nothing itself. Served through Handler on a listener wrapped by Limit, it
+// holds at most ServerOptions.MaxConns connections; refused requests are logged at most once a
+// minute, with their count.
 //
 // The transport sends a peer's envelopes in batches that fit the receiver's caps, and its
 // receipts in batches of mbx.ReceiptBatchMax, and turns the answers into outbox.Outcomes: a

@@ -30,7 +30,7 @@ const (
 	EnrolCallsPerMinute  = 30              // challenge/enrol/rotate calls per client address
 	PushesPerMinute      = 120             // pushes per sender key
 	MaxEnrolments        = 100_000         // live enrolments of one relay
-	MaxPendingChallenges = 10_000          // open enrolment challenges
+	MaxPendingChallenges = 10_000          // 0.5.x's cap of open challenges (relayserver's are stateless)
 	ChallengeTTL         = 5 * time.Minute // lifetime of an enrolment challenge
 	MaxEnrolmentsPerName = 16              // live enrolments of one name before v1 treats it as ambiguous
 	MaxItemIDLen         = 300             // UTF-16 units of an item id

@@ -62,7 +62,8 @@
 // than the store's or relay.key's (ErrRelayKeyMismatch, unless forced), then renames a prepared
 // copy over relay.db with a new epoch, restored_at and restored_from in meta, and each target's
 // next_seq raised to the replaced store's, so new items land above every seq handed out before even
-// when the clock has not moved. The replaced database stays as relay.db.pre-restore. agentmbx relay
+// when the clock has not moved. The replaced database stays as relay.db.pre-restore, with its -wal
+// and -shm beside it. agentmbx relay
 // rotate-epoch gives a stopped store a new epoch (after a restore made any other way). Hosts that
 // see the new epoch re-push and re-pull (docs/design.md: Epochs, restarts and restores).
 //
@@ -96,11 +97,24 @@
 //
 // # Bounds
 //
-// Bodies are capped while streaming (413, nothing stored); challenge, enrol and rotate bodies are
-// small and rate-limited per client address (behind a proxy: the rightmost X-Forwarded-For entry
-// with TrustXFF, CF-Connecting-IP with TrustCloudflare); pushes are rate-limited per sender key;
-// quotas apply per target, per sender per target and per proven account; open challenges, live
-// enrolments and every rate table are capped. httperr.go maps every error to its status.
+// Everything before a verified hop is hostile (admission.go, budget.go). A hop's key, timestamp
+// window and enrolment are checked from its headers before any body byte is read: an unknown key
+// gets 401 at once. Bodies grow as bytes arrive, never sized from Content-Length, within a
+// relay-wide budget of body bytes in flight (Options.BodyBudget; a declared length counts before
+// reading) and a limit of requests in flight per client address (Options.MaxPerClient): past
+// either, 503 with Retry-After, unread, and the connection closes. Bodies are capped while
+// streaming (413, nothing stored): small ones for challenge, enrol, rotate, ack and enc-key,
+// 64 KiB for an allowlist.
+//
+// Enrolment challenges are stateless (challenge.go): an HMAC of the key and an expiry under the
+// store's secret (Store.ChallengeSecret), checked against the challenges open for the key, so no
+// table fills and nothing is consumed before the signature verifies. Challenge, enrol and rotate
+// calls are rate-limited per client address (behind a proxy: the rightmost X-Forwarded-For entry
+// with TrustXFF, CF-Connecting-IP with TrustCloudflare), an IPv6 address at /64, /56 and /48
+// (ratelimit.go: token buckets in a bounded LRU that forgets only a refilled bucket); new host
+// keys per address per day too; pushes per sender key. Quotas apply per target, per sender per
+// target, per proven account, and to the relay as a whole (capacity.go: quota:relay, also while
+// the store's disk is full, a SpaceReporter). httperr.go maps every error to its status.
 //
 // # Operations
 //
