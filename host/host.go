@@ -78,6 +78,7 @@ type Host struct {
 	daemon   bool   // true while RunDaemon serves this host
 	closed   bool
 	inflight map[string]bool // hosts with a send in flight (set and cleared by passes)
+	linkUp   map[string]bool // links known to answer (flush.go); absent: unknown since start
 	passMu   sync.Mutex      // one pass reads and dispatches at a time
 	sends    sync.WaitGroup  // send goroutines started by passes
 }
@@ -135,6 +136,7 @@ func Open(dir string, opts *Options) (*Host, error) {
 		dir: dir, key: hk, enc: ek, retired: retired, db: db,
 		clock: o.Clock, rand: o.Rand, ulids: mbx.NewULIDs(o.Rand), log: o.Logger, client: o.HTTPClient,
 		kick: make(chan struct{}, 1), inflight: map[string]bool{},
+		linkUp: map[string]bool{},
 	}
 	h.mail.init()
 	if err := db.Update(func(tx *bbolt.Tx) error {

@@ -26,7 +26,8 @@ import (
 // Each host's outcomes are recorded in one transaction per transport: delivered rows end done,
 // relay-accepted ones wait for their receipts, failed ones back off (min(5 s · 2^attempts, 1 h) ±20%),
 // retryable rejections too, other rejections end rejected and their sender gets an alert in the
-// same transaction. A sweep ends the rows past their deadline (72 h without delivery; for
+// same transaction. When a link answers again, its waiting rows become due in that transaction
+// too (flush.go). A sweep ends the rows past their deadline (72 h without delivery; for
 // relay-accepted rows accepted_at + retention + 24 h) with the same alert.
 const (
 	// passLimit and passBytes bound the rows one pass reads, and the wire bytes it holds (the
@@ -210,9 +211,18 @@ func (h *Host) sendHost(ctx context.Context, peer PeerRecord, rows []outbox.Row)
 // committed.
 func (h *Host) record(ctx context.Context, host string, rows []outbox.Row, out []outbox.Outcome, tr outbox.Transport) bool {
 	alerts := 0
+	link := linkOf(tr, host)
+	answered, silent := linkAnswered(out)
 	err := h.db.Update(func(tx *bbolt.Tx) error {
 		alerts = 0
 		ob := h.ob.In(tx)
+		if answered {
+			if err := h.flushTx(tx, link, tr, host); err != nil {
+				return err
+			}
+		} else if silent {
+			tx.OnCommit(func() { h.setLinkUp(link, false) })
+		}
 		for i, r := range rows {
 			o := out[i]
 			var err error

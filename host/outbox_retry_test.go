@@ -12,16 +12,18 @@ import (
 // RetryOutbox makes it due and the next pass delivers it. Unknown ids change nothing.
 func TestRetryOutboxMakesRowsDueNow(t *testing.T) {
 	clock := newClock()
-	a, b := newTestHost(t, "alpha", clock), newTestHost(t, "beta", clock)
-	pairAll(t, a, b)
+	a, b, c := newTestHost(t, "alpha", clock), newTestHost(t, "beta", clock), newTestHost(t, "gamma", clock)
+	pairAll(t, a, b, c)
 	ctx := context.Background()
 	b.gate.setDown(true)
+	c.gate.setDown(true)
 	res := a.send("alice", []string{"bob@beta"}, "retry", "now please")
-	other := a.send("alice", []string{"bob@beta"}, "other", "still waiting")
+	other := a.send("alice", []string{"carol@gamma"}, "other", "still waiting")
 	if n, err := a.pass(ctx, true); err != nil || n != 2 {
 		t.Fatalf("first pass sent %d, %v; want 2", n, err)
 	}
 	b.gate.setDown(false)
+	c.gate.setDown(false)
 	if n, _ := a.pass(ctx, true); n != 0 {
 		t.Fatalf("a pass during backoff sent %d rows", n)
 	}
@@ -48,14 +50,14 @@ func TestRetryOutboxMakesRowsDueNow(t *testing.T) {
 	if r := a.row(res.ID, "beta"); r.State != outbox.StateDone || r.Attempts != 2 {
 		t.Fatalf("retried row %s after %d attempts, want done after 2", r.State, r.Attempts)
 	}
-	if r := a.row(other.ID, "beta"); r.State != outbox.StatePending {
+	if r := a.row(other.ID, "gamma"); r.State != outbox.StatePending {
 		t.Fatalf("the other row is %s, want still pending", r.State)
 	}
 	if got, err := a.RetryOutbox(ctx, api.RetryRequest{All: true}); err != nil || got != (api.RetryResult{Due: 1}) {
 		t.Fatalf("RetryOutbox(all) = %+v, %v; want 1 due", got, err)
 	}
-	settle(t, a, b)
-	if r := a.row(other.ID, "beta"); r.State != outbox.StateDone {
+	settle(t, a, b, c)
+	if r := a.row(other.ID, "gamma"); r.State != outbox.StateDone {
 		t.Fatalf("after retry --all the other row is %s, want done", r.State)
 	}
 }

@@ -363,6 +363,7 @@ func (h *Host) relaySource(l *relayLink) relaylink.Source {
 			switch {
 			case err == nil:
 				h.relayProblem(l, opPull, nil)
+				h.relayAnswered(ctx)
 			case errors.As(err, &ee):
 			case ctx.Err() != nil:
 			default:

@@ -281,3 +281,8 @@ func (s *Store) RetryNow(ctx context.Context, id string) (moved, matched int, er
 	})
 	return moved, matched, err
 }
+
+// Flush makes waiting rows due now (see Tx.Flush).
+func (s *Store) Flush(ctx context.Context, f FlushFilter) (int, error) {
+	return update(ctx, s, func(t *Tx) (int, error) { return t.Flush(f) })
+}

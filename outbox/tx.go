@@ -772,6 +772,91 @@ func (t *Tx) itemRows(id string, now time.Time) (rks [][]byte, matched int, err 
 	return rks, matched, nil
 }
 
+// FlushFilter selects the rows Flush makes due.
+type FlushFilter struct {
+	// Host keeps only the rows for this host ("" = every host).
+	Host string
+	// Transport keeps only the rows whose last attempt went over this transport (TransportNone
+	// = any).
+	Transport Transport
+	// Limit moves at most this many rows (≤ 0: no limit), those due soonest first.
+	Limit int
+}
+
+// Flush makes rows that wait in backoff due now (next_at = now), for when a link answers again:
+// a peer's LAN delivery succeeded (Host), or the relay answered (Transport relay). Attempts and
+// backoff counters are kept. It walks the host index for a host (O(its active rows)), else the
+// due index from now on (O(waiting rows)), and returns how many rows it moved; a caller that got
+// Limit may call again for the next burst.
+func (t *Tx) Flush(f FlushFilter) (int, error) {
+	op := "flush"
+	if err := t.writable(op); err != nil {
+		return 0, err
+	}
+	if f.Host != "" && !validHost(f.Host) {
+		return 0, fmt.Errorf("outbox: %s: %w: host %q is not a host name", op, ErrInvalid, f.Host)
+	}
+	now := t.now()
+	rks := t.waitingKeys(now, f.Host)
+	var olds []Row
+	for _, rk := range rks {
+		if f.Limit > 0 && len(olds) >= f.Limit {
+			break
+		}
+		r, err := t.getRow(rk)
+		if err != nil {
+			return 0, fmt.Errorf("outbox: %s: %w: index names a missing or bad row %q (%v)", op, ErrCorrupt, rk, err)
+		}
+		if f.Transport == TransportNone || r.Transport == f.Transport {
+			olds = append(olds, r)
+		}
+	}
+	for _, old := range olds {
+		r := old
+		r.NextAt, r.UpdatedAt = now, now
+		if err := t.put(&old, &r); err != nil {
+			return 0, fmt.Errorf("outbox: %s: %w", op, err)
+		}
+	}
+	return len(olds), nil
+}
+
+// waitingKeys returns the row keys of the due-tracked rows (of host, or all with "") whose next_at
+// is after now, in next_at order.
+func (t *Tx) waitingKeys(now time.Time, host string) [][]byte {
+	last := timeBits(now)
+	if host == "" {
+		var out [][]byte
+		c := t.b.due.Cursor()
+		for k, _ := c.Seek(binary.BigEndian.AppendUint64(nil, last+1)); k != nil; k, _ = c.Next() {
+			if len(k) > 8 {
+				out = append(out, bytes.Clone(k[8:]))
+			}
+		}
+		return out
+	}
+	type waiting struct {
+		at uint64
+		rk []byte
+	}
+	var ws []waiting
+	prefix := prefixOf(host)
+	keys, vals, _ := scanPrefix(t.b.host, prefix)
+	for i, k := range keys {
+		if len(vals[i]) == 8 {
+			if at := binary.BigEndian.Uint64(vals[i]); at > last {
+				ws = append(ws, waiting{at, k[len(prefix):]})
+			}
+		}
+	}
+	sort.SliceStable(ws, func(i, j int) bool { return ws[i].at < ws[j].at })
+	out := make([][]byte, len(ws))
+	for i, w := range ws {
+		out[i] = w.rk
+	}
+	return out
+}
+
 // RepushRelay flags for a re-push every relay-accepted row at relay whose acceptance was not
 // under epoch (epoch "" flags them all), for when the relay shows a new epoch: its store may have
 // lost what it accepted. A flagged row stays relay-accepted — it is never sent over the LAN, its

@@ -22,6 +22,7 @@ const (
 	Kind         = "kind"          // an outbox row's kind (envelope, receipt)
 	LastPeer     = "last_peer"     // the last peer a summarized line speaks of
 	LastReason   = "last_reason"   // the last reason a summarized line speaks of
+	Link         = "link"          // a delivery link: "relay", or "lan:" and a peer host
 	Msg          = "msg"           // a message id
 	NextAt       = "next_at"       // when a row is due again
 	Op           = "op"            // a relay operation (enrol, enc-ad, senders, push, pull)
