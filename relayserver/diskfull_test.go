@@ -115,3 +115,55 @@ func TestDiskFullOnTmpfs(t *testing.T) {
 		t.Fatalf("queue after recovery = %v", got)
 	}
 }
+
+// The disk-full path where no tmpfs can be mounted: the database's page cap (max_page_count)
+// makes SQLite answer SQLITE_FULL as a full disk does. Pushes are refused retryably (503 for the
+// write that hit it, then rejected:quota:relay while the store reports low space), everything
+// accepted stays intact, acks and the sweep run, and with room again (a restart with a larger
+// cap) pushes are accepted. Bounded: at most 100 pushes of 16 KiB.
+func TestStoreFullInjected(t *testing.T) {
+	t.Parallel()
+	r := newRelayWith(t, func(o *relayserver.Options) { o.PushesPerMinute = -1 }, sqlitestore.Options{MaxPages: 120})
+	a, b := newHost(t, "alpha", 1), newHost(t, "beta", 2)
+	r.enrol(a)
+	r.enrol(b)
+	pad := strings.Repeat("p", 16<<10)
+	item := func(i int) mbx.PushItem {
+		id := fmt.Sprintf("01KKNTQ69NA67N0QBPXK%06d", i)
+		return mbx.PushItem{Kind: "envelope", ItemID: id, Targets: []mbx.PushTarget{{HostPubkey: b.pub(), WireB64: mbx.B64(envWire(id, pad))}}}
+	}
+	var accepted []string
+	refused := 0
+	for i := 0; i < 100 && refused < 3; i++ {
+		code, out := r.call(&a, "POST", "/v2/relay/items", mustJSON(t, mbx.PushRequest{Items: []mbx.PushItem{item(i)}}))
+		switch {
+		case code == 503:
+			refused++
+		case code == 200 && decode[mbx.PushResponse](t, out).Results[0].Status == "accepted":
+			accepted = append(accepted, item(i).ItemID)
+		case code == 200 && decode[mbx.PushResponse](t, out).Results[0].Status == "rejected:quota:relay":
+			refused++
+		default:
+			t.Fatalf("push %d = %d %s", i, code, out)
+		}
+	}
+	if refused == 0 || len(accepted) == 0 {
+		t.Fatalf("accepted %d, refused %d: want the page cap to refuse pushes retryably", len(accepted), refused)
+	}
+	p := r.pull(b, 0)
+	if got := ids(p); strings.Join(got, ",") != strings.Join(accepted, ",") {
+		t.Fatalf("queue = %v, want the %d accepted", got, len(accepted))
+	}
+	if code, out := r.call(&b, "POST", "/v2/relay/ack", mustJSON(t, mbx.AckRequest{Epoch: r.srv.Epoch(), Through: p.HeadSeq})); code != 200 {
+		t.Fatalf("ack on a full store = %d %s", code, out)
+	}
+	if _, err := r.srv.Sweep(bg); err != nil {
+		t.Fatalf("sweep on a full store: %v", err)
+	}
+	r.stop()
+	r.sopts.MaxPages = 0
+	r.start()
+	if st := statuses(r.push(a, item(1000)))[0]; st != "accepted" {
+		t.Fatalf("push with room again = %s", st)
+	}
+}

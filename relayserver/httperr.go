@@ -33,7 +33,7 @@ func (e *apiError) Unwrap() error { return e.err }
 //	ErrRateLimited          429
 //	ErrBadAck               400 {"code":"BAD_ACK","epoch":…,"head_seq":…}
 //	ErrBadRequest, record refusals (mbx.ErrBad…)  400
-//	ErrBusy, ErrRelayFull, ErrCommit, ErrClosed  503
+//	ErrBusy, ErrRelayFull, ErrCommit, ErrClosed, ErrStoreFull  503
 //	anything else           500 {"error":"internal error"}
 func errorResponse(err error) (int, mbx.ErrorResponse) {
 	body := mbx.ErrorResponse{Error: err.Error()}
@@ -68,7 +68,7 @@ func errorResponse(err error) (int, mbx.ErrorResponse) {
 		return http.StatusBadRequest, body
 	case errors.Is(err, ErrBusy), errors.Is(err, ErrRelayFull):
 		return http.StatusServiceUnavailable, body
-	case errors.Is(err, ErrCommit), errors.Is(err, ErrClosed):
+	case errors.Is(err, ErrCommit), errors.Is(err, ErrClosed), errors.Is(err, ErrStoreFull):
 		return http.StatusServiceUnavailable, mbx.ErrorResponse{Error: "relay store unavailable, retry"}
 	default:
 		return http.StatusInternalServerError, mbx.ErrorResponse{Error: "internal error"}

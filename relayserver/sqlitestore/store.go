@@ -42,6 +42,9 @@ type Options struct {
 	// Ballast is the size of the reserve file (relay.ballast) released when a write finds the
 	// disk full, so that deletes still have room. Default DefaultBallast; negative keeps none.
 	Ballast int64
+	// MaxPages caps the database's size in pages (PRAGMA max_page_count); a write past it fails
+	// as on a full disk. 0: no cap.
+	MaxPages int64
 	// FreeSpace reports the free bytes of the disk holding a directory (injected for tests).
 	// Default fsutil.FreeSpace.
 	FreeSpace func(dir string) (int64, bool)
@@ -125,6 +128,10 @@ func Open(ctx context.Context, dir string, opts *Options) (*Store, error) {
 	dsn := filepath.Join(dir, DBFile) +
 		"?_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)&_pragma=synchronous(FULL)" +
 		"&_pragma=foreign_keys(0)&_pragma=temp_store(MEMORY)"
+	if o.MaxPages > 0 {
+		// SQLite refuses to grow the database past it with SQLITE_FULL, as on a full disk.
+		dsn += fmt.Sprintf("&_pragma=max_page_count(%d)", o.MaxPages)
+	}
 	s.db, err = sql.Open("sqlite", dsn)
 	if err != nil {
 		return nil, fmt.Errorf("sqlitestore: open %s: %w", dir, err)
