@@ -21,6 +21,10 @@ type AuthDecision struct {
 	Org     string
 	// Reason says why a host was refused; it is shown to the host.
 	Reason string
+	// By is the authority that decided when a composite authority delegated (a token authority
+	// that lets a host without a token use the host-key challenge); nil means the one asked.
+	// Its Name and Rank are stored on the enrolment.
+	By EnrolmentAuthority
 }
 
 // EnrolmentAuthority decides whether a host key may enrol (docs/design.md: Enrolment and

@@ -65,6 +65,9 @@ func (s *Server) handleEnrol(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, fmt.Errorf("%w: %s", ErrDenied, reason))
 		return
 	}
+	if dec.By != nil {
+		auth = dec.By
+	}
 	addr := clientKeys(r, s.opt.TrustProxy)
 	isNew := false
 	err = s.store.Update(r.Context(), func(tx Tx) error {

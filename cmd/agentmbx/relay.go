@@ -43,6 +43,7 @@ func newRelayServeCmd() *cobra.Command {
 	var lf logFlags
 	var tf relayTLSFlags
 	var lim limitFlags
+	var af authFlags
 	cmd := &cobra.Command{
 		Use:   "serve [--store-dir DIR | --db URL] [--listen ADDR] [--tls-cert FILE --tls-key FILE | --acme-domain NAME] [--addr-file FILE] [--trust-proxy MODE] [--metrics-listen ADDR]",
 		Short: "Run the relay in the foreground",
@@ -123,6 +124,11 @@ when $` + relayserver.EnvRelayKey + ` is not set.`,
 				}
 				return err
 			}
+			opts := lim.apply(relayserver.Options{TrustProxy: mode, Version: version.String(), Logger: log,
+				MetricsToken: os.Getenv(envMetricsToken)})
+			if opts.Authority, err = af.authority(ctx, log); err != nil {
+				return err
+			}
 			var relayPub string
 			err = relayserver.Serve(ctx, relayserver.ServeConfig{
 				TLS:       tlsConf,
@@ -142,8 +148,7 @@ when $` + relayserver.EnvRelayKey + ` is not set.`,
 					}
 					printServedKey(cmd.ErrOrStderr(), relayPub, tf.servedBase(addr, tlsConf != nil))
 				},
-				Options: lim.apply(relayserver.Options{TrustProxy: mode, Version: version.String(), Logger: log,
-					MetricsToken: os.Getenv(envMetricsToken)}),
+				Options:         opts,
 				MetricsListen:   metricsListen,
 				MetricsAddrFile: metricsAddrFile,
 			})
@@ -165,6 +170,7 @@ when $` + relayserver.EnvRelayKey + ` is not set.`,
 	cmd.Flags().StringVar(&trust, "trust-proxy", "", "client address from a proxy header: xff or cloudflare (default $"+relayserver.EnvRelayTrustProxy+")")
 	tf.add(cmd)
 	lim.add(cmd)
+	af.add(cmd)
 	cmd.Flags().StringVar(&metricsListen, "metrics-listen", "", "serve /metrics, /healthz and /readyz on this private address (default: off)")
 	cmd.Flags().StringVar(&metricsAddrFile, "metrics-addr-file", "", "write the metrics listener's bound host:port to this file")
 	addLogFlags(cmd, &lf)
