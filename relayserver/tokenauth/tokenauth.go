@@ -108,8 +108,10 @@ func New(ctx context.Context, cfg Config) (*Authority, error) {
 		return nil, fmt.Errorf("tokenauth: JWKS %s: %w", cfg.JWKSURL, err)
 	}
 	client, err := jwkset.NewHTTPClient(jwkset.HTTPClientOptions{
-		HTTPURLs:          map[string]jwkset.Storage{cfg.JWKSURL: store},
-		RateLimitWaitMax:  time.Millisecond, // an unknown kid inside the limit is refused, not queued
+		HTTPURLs: map[string]jwkset.Storage{cfg.JWKSURL: store},
+		// Also the budget of the refresh itself. A refresh due later than this is not waited for:
+		// the token is refused at once (rate.Limiter.Wait fails early past the deadline).
+		RateLimitWaitMax:  5 * time.Second,
 		RefreshUnknownKID: rate.NewLimiter(rate.Every(cfg.UnknownKIDEvery), 1),
 	})
 	if err != nil {
