@@ -173,6 +173,13 @@ func (h *Host) sendHost(ctx context.Context, peer PeerRecord, rows []outbox.Row)
 	}
 	// The two transports go at the same time: a LAN address that swallows packets does not hold
 	// up the rows for the relay.
+	if until, paused := h.relayPaused(now); paused && len(relay) > 0 {
+		// The relay asked to slow down: its rows wait for the pause's end (relay_pause.go).
+		if !h.postpone(ctx, relay, until) {
+			failed.Store(true)
+		}
+		relay = nil
+	}
 	var relaySender outbox.Sender
 	if len(relay) > 0 { // then link is set
 		relaySender = h.relayPusher(link)
@@ -195,10 +202,16 @@ func (h *Host) sendHost(ctx context.Context, peer PeerRecord, rows []outbox.Row)
 				failed.Store(true)
 				return // shutting down: the rows stay due, the next start sends them again
 			}
+			rows := part.rows
 			if part.tr.Kind() == outbox.TransportLAN {
 				h.noteLAN(peer.Host, out)
+			} else {
+				var ok bool
+				if rows, out, ok = h.holdRefused(ctx, rows, out); !ok {
+					failed.Store(true)
+				}
 			}
-			if !h.record(ctx, peer.Host, part.rows, out, part.tr.Kind()) {
+			if len(rows) > 0 && !h.record(ctx, peer.Host, rows, out, part.tr.Kind()) {
 				failed.Store(true)
 			}
 		}()

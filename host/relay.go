@@ -149,7 +149,9 @@ type relayRuntime struct {
 	problems map[string]string // op → the error last recorded (mirror of the record)
 	epoch    string            // the epoch last recorded for link (mirror of the record)
 	lanDown  map[string]time.Time
-	recv     *inbox.Receiver // the daemon's (or a test's) receiver for link
+	// pausedUntil: no push goes to the relay before then (its Retry-After, a rate refusal).
+	pausedUntil time.Time
+	recv        *inbox.Receiver // the daemon's (or a test's) receiver for link
 
 	changed chan struct{} // the pin changed or relay use stopped: the daemon restarts its loops
 	keep    chan struct{} // run the enrolment and publications now (peers changed, re-enrol)

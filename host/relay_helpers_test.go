@@ -29,12 +29,15 @@ type testRelay struct {
 	ts    *httptest.Server
 	cur   atomic.Pointer[relayBackend]
 
-	mu         sync.Mutex
-	pushes     int                      // POST /v2/relay/items seen
-	pulls      int                      // GET /v2/relay/items seen
-	dropPushes int                      // handle the next n pushes, then drop their answers
-	failAcks   int                      // answer the next n acks 503 without handling them
-	rewrite    func(body []byte) []byte // rewrites push answers (nil: none)
+	mu           sync.Mutex
+	pushes       int                      // POST /v2/relay/items seen
+	pulls        int                      // GET /v2/relay/items seen
+	dropPushes   int                      // handle the next n pushes, then drop their answers
+	failAcks     int                      // answer the next n acks 503 without handling them
+	rewrite      func(body []byte) []byte // rewrites push answers (nil: none)
+	throttle     int                      // answer the next n pushes with throttleCode, unhandled
+	throttleCode int                      // 429 or 503
+	retryAfter   string                   // the Retry-After of those answers ("" for none)
 }
 
 type relayBackend struct {
@@ -128,11 +131,14 @@ func (r *testRelay) serve(w http.ResponseWriter, req *http.Request) {
 	srv := r.cur.Load().srv
 	push := req.Method == http.MethodPost && req.URL.Path == "/v2/relay/items"
 	r.mu.Lock()
-	drop, failAck, rewrite := false, false, r.rewrite
+	drop, failAck, rewrite, throttle := false, false, r.rewrite, 0
 	switch {
 	case push:
 		r.pushes++
-		if r.dropPushes > 0 {
+		if r.throttle > 0 {
+			r.throttle--
+			throttle = r.throttleCode
+		} else if r.dropPushes > 0 {
 			r.dropPushes--
 			drop = true
 		}
@@ -144,6 +150,11 @@ func (r *testRelay) serve(w http.ResponseWriter, req *http.Request) {
 	}
 	r.mu.Unlock()
 	switch {
+	case throttle != 0:
+		if r.retryAfter != "" {
+			w.Header().Set("Retry-After", r.retryAfter)
+		}
+		http.Error(w, `{"error":"slow down"}`, throttle)
 	case failAck:
 		http.Error(w, `{"error":"injected ack failure"}`, http.StatusServiceUnavailable)
 	case drop:

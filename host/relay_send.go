@@ -28,8 +28,9 @@ import (
 // sender, the row's item id, the row's target key and the hash of the row's wire bytes — and that
 // check is repeated inside the transaction that records the move (record). Anything else leaves
 // the row pending: a 200 without a valid statement, a missing result, a lost answer. Rejections
-// are kept with their reason: retried with backoff where retrying can help (quotas, rate, a target
-// not yet enrolled or not yet allowing this sender), ended with an alert where it cannot.
+// are kept with their reason: retried with backoff where retrying can help (quotas, a target
+// not yet enrolled or not yet allowing this sender), ended with an alert where it cannot. A
+// rejected:rate, a 429 and a 503 with Retry-After pause the whole link instead (relay_pause.go).
 
 // Failpoints of the relay paths (see package failpoint; MBX_FAILPOINT in crash tests).
 const (

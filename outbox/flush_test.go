@@ -73,3 +73,31 @@ func TestFlushRelayRows(t *testing.T) {
 	}
 	mustCheck(t, s)
 }
+
+// TestPostpone: a link pause moves a waiting row's next_at and note without counting an attempt;
+// rows not waiting to be sent and times in the past are refused, changing nothing.
+func TestPostpone(t *testing.T) {
+	s, clk := openTest(t)
+	rows := mustAdd(t, s, envRow("M1", "beta"), envRow("M2", "beta"))
+	failAll(t, s, rows[0].Key())
+	until := clk.Now().Add(30 * time.Second)
+	r, err := s.postponeTx(rows[0].Key(), until, "relay paused")
+	if err != nil || r.Attempts != 1 || r.LANFailures != 1 || !r.NextAt.Equal(until) || r.LastError != "relay paused" {
+		t.Fatalf("Postpone = %+v, %v; want 1 attempt kept, next_at %v, the note", r, err, until)
+	}
+	if _, err := s.postponeTx(rows[1].Key(), clk.Now().Add(-time.Second), "x"); !errors.Is(err, ErrInvalid) {
+		t.Fatalf("Postpone into the past = %v, want ErrInvalid", err)
+	}
+	if _, err := s.MarkDelivered(ctx, rows[1].Key()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.postponeTx(rows[1].Key(), until, "x"); !errors.Is(err, ErrTransition) {
+		t.Fatalf("Postpone of a done row = %v, want ErrTransition", err)
+	}
+	mustCheck(t, s)
+}
+
+// postponeTx runs Tx.Postpone in a transaction of its own.
+func (s *Store) postponeTx(k Key, until time.Time, note string) (Row, error) {
+	return update(ctx, s, func(t *Tx) (Row, error) { return t.Postpone(k, until, note) })
+}

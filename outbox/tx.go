@@ -421,6 +421,28 @@ func (t *Tx) MarkAttemptFailed(k Key, tr Transport, cause error) (Row, error) {
 	})
 }
 
+// Postpone moves a due-tracked row's next_at to until without counting an attempt: for a link
+// that asked its sender to pause (a relay's Retry-After, a rate refusal), which says nothing
+// about the row. Attempts, lan_failures and the backoff schedule stay as they were; last_error
+// becomes note when note is not empty. until must not be before now.
+func (t *Tx) Postpone(k Key, until time.Time, note string) (Row, error) {
+	const op = "postpone"
+	note = cleanText(note)
+	return t.mutate(op, k, func(r *Row, now time.Time) error {
+		if !r.due() {
+			return illegal(op, r, "the row is not waiting to be sent")
+		}
+		if until.Before(now) {
+			return fmt.Errorf("outbox: %s %s: %w: until %v is before now", op, k, ErrInvalid, until)
+		}
+		r.NextAt = msTime(until)
+		if note != "" {
+			r.LastError = note
+		}
+		return nil
+	})
+}
+
 // MarkRejected records that the peer (LAN) or the relay refused the item. A retryable rejection
 // (a relay quota or rate limit: "rejected:quota:*", rate) keeps the row where it is with the
 // reason in last_error and next_at by backoff; any other ends it rejected with the reason, and
