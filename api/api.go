@@ -197,10 +197,13 @@ type Status struct {
 	HostPubkey  string `json:"host_pubkey"`
 	Fingerprint string `json:"fingerprint"`
 	Listen      string `json:"listen,omitempty"`
-	Daemon      bool   `json:"daemon"`
-	Peers       int    `json:"peers"`
-	Agents      int    `json:"agents"`
-	OutboxDue   int    `json:"outbox_active"`
+	// LANError, while the daemon runs without its LAN listener, is why the bind failed (it is
+	// retried with backoff; local and relay mail go on meanwhile).
+	LANError  string `json:"lan_error,omitempty"`
+	Daemon    bool   `json:"daemon"`
+	Peers     int    `json:"peers"`
+	Agents    int    `json:"agents"`
+	OutboxDue int    `json:"outbox_active"`
 	// Version is the agentmbx build that answered (the daemon's, over the socket).
 	Version string `json:"version,omitempty"`
 }

@@ -160,6 +160,7 @@ func checkDaemon(env Env, st api.Status, r *Report) {
 		return
 	}
 	r.add(Check{ID: "daemon", Status: OK, Summary: "running, answering on " + sock})
+	checkLANListener(env, st, r)
 	switch {
 	case st.Version == "":
 		r.add(Check{ID: "daemon.version", Status: Warn, Summary: "the daemon does not say its version (an older build)",
@@ -170,6 +171,18 @@ func checkDaemon(env Env, st api.Status, r *Report) {
 	default:
 		r.add(Check{ID: "daemon.version", Status: OK, Summary: "same build as this binary: " + st.Version})
 	}
+}
+
+// checkLANListener: the daemon listens on the LAN, or says why its bind failed (it retries it
+// with backoff and serves local and relay mail meanwhile).
+func checkLANListener(env Env, st api.Status, r *Report) {
+	if st.LANError != "" {
+		r.add(Check{ID: "daemon.lan", Status: Warn, Summary: "LAN listener not bound: peers cannot reach this host over the LAN",
+			Detail: st.LANError + "\nthe daemon retries the bind with backoff; local and relay mail go on meanwhile",
+			Fix:    "free the port " + orText(st.Listen, "(see status)") + ", or restart with another: agentmbx daemon --home " + env.Home + " --listen HOST:PORT"})
+		return
+	}
+	r.add(Check{ID: "daemon.lan", Status: OK, Summary: "LAN listener on " + orText(st.Listen, "-")})
 }
 
 // marker is MarkerFile's content.

@@ -153,7 +153,7 @@ func TestAllWell(t *testing.T) {
 			t.Errorf("check %s = %s %q, want ok", c.ID, c.Status, c.Summary)
 		}
 	}
-	for _, id := range []string{"host", "home.modes", "daemon", "daemon.version", "peer.work", "relay", "relay.reach",
+	for _, id := range []string{"host", "home.modes", "daemon", "daemon.version", "daemon.lan", "peer.work", "relay", "relay.reach",
 		"relay.key", "relay.clock", "relay.enrol", "relay.enc-ad", "relay.senders", "outbox", "outbox.ended", "quarantine"} {
 		find(t, r, id)
 	}
@@ -173,6 +173,9 @@ func TestEachCheckFails(t *testing.T) {
 		{"key readable by others", func(t *testing.T, w *world) { os.Chmod(filepath.Join(w.env.Home, HostKeyFile), 0o644) }, "home.modes", Fail, "chmod 700"},
 		{"home open to others", func(t *testing.T, w *world) { os.Chmod(w.env.Home, 0o755) }, "home.modes", Fail, "chmod 700"},
 		{"no daemon", func(t *testing.T, w *world) { w.env.Daemon = false }, "daemon", Warn, "agentmbx daemon --home"},
+		{"LAN port taken", func(t *testing.T, w *world) {
+			w.host.status.Listen, w.host.status.LANError = "127.0.0.1:7373", "listen tcp 127.0.0.1:7373: bind: address already in use"
+		}, "daemon.lan", Warn, "--listen HOST:PORT"},
 		{"daemon of another build", func(t *testing.T, w *world) { w.host.status.Version = "v0" }, "daemon.version", Warn, "restart the daemon"},
 		{"peer without enc key", func(t *testing.T, w *world) { w.host.peers[0].EncPub = "" }, "peer.work", Fail, "agentmbx peers remove work"},
 		{"relay-only peer, no relay", func(t *testing.T, w *world) { w.host.relay = api.RelayStatus{} }, "peer.work", Fail, "agentmbx relay set"},

@@ -13,12 +13,14 @@ import (
 	"time"
 
 	"github.com/agentmbx/agentmbx/api"
-	"github.com/agentmbx/agentmbx/internal/fsutil"
 	"github.com/agentmbx/agentmbx/internal/logkey"
 )
 
 // DefaultTick is the daemon's tick: an outbox pass and a sweep at least this often.
 const DefaultTick = 5 * time.Second
+
+// DefaultLANRetry is the first wait before a failed LAN bind is retried.
+const DefaultLANRetry = 2 * time.Second
 
 // DaemonOptions configure RunDaemon.
 type DaemonOptions struct {
@@ -27,15 +29,19 @@ type DaemonOptions struct {
 	// Tick is how often the outbox loop runs without being woken (default DefaultTick).
 	Tick time.Duration
 	// AddrFile, when set, receives the bound LAN address (host:port, an unspecified IP written as
-	// 127.0.0.1) once the daemon listens: tests and scripts read the port of --listen :0 there.
+	// 127.0.0.1) once the daemon listens on the LAN (written late when the bind had to be retried): tests and scripts read the port of --listen :0 there.
 	AddrFile string
 	// Options are the options the host is opened with (nil: defaults).
 	Options *Options
 	// RelayWait is the long-poll wait of the relay receiver's pulls (default DefaultRelayWait;
 	// negative: none, the receiver then pulls every Tick).
 	RelayWait time.Duration
-	// Ready, when set, is called with the open host once both listeners serve.
+	// Ready, when set, is called with the open host once the control socket serves (and the LAN
+	// listener, unless its bind failed: it is then retried in the background).
 	Ready func(h *Host)
+	// LANRetry is the first wait before a failed LAN bind is tried again (default
+	// DefaultLANRetry); later waits grow, jittered, up to a minute.
+	LANRetry time.Duration
 }
 
 // RunDaemon runs a host daemon on the home dir until ctx is done (the program's main ends ctx on
@@ -75,11 +81,6 @@ func RunDaemon(ctx context.Context, dir string, opts DaemonOptions) (err error) 
 	if _, _, err := splitListen(listen); err != nil {
 		return fmt.Errorf("host: daemon: listen: %w: %v", ErrInvalid, err)
 	}
-	lanLn, err := net.Listen("tcp", listen)
-	if err != nil {
-		return fmt.Errorf("host: daemon: LAN listener: %w", err)
-	}
-	defer lanLn.Close()
 	sockPath := filepath.Join(dir, api.SocketName)
 	// We hold the store's lock, so a socket file left here is a dead daemon's.
 	if err := os.Remove(sockPath); err != nil && !errors.Is(err, os.ErrNotExist) {
@@ -94,23 +95,30 @@ func RunDaemon(ctx context.Context, dir string, opts DaemonOptions) (err error) 
 	if err := os.Chmod(sockPath, 0o600); err != nil {
 		return fmt.Errorf("host: daemon: control socket: %w", err)
 	}
-	bound := dialable(lanLn.Addr().(*net.TCPAddr))
 	h.mu.Lock()
-	h.daemon, h.bound, h.lanPort = true, bound, lanLn.Addr().(*net.TCPAddr).Port
+	h.daemon = true
 	h.mu.Unlock()
-	if opts.AddrFile != "" {
-		if err := fsutil.WriteFileAtomic(opts.AddrFile, []byte(bound+"\n"), 0o644); err != nil {
-			return fmt.Errorf("host: daemon: addr file: %w", err)
-		}
-	}
-
 	lanSrv := &http.Server{Handler: h.lanSrv.Handler(), ReadHeaderTimeout: 10 * time.Second, ReadTimeout: time.Minute,
 		WriteTimeout: time.Minute, IdleTimeout: 2 * time.Minute, MaxHeaderBytes: 64 << 10}
 	sockSrv := &http.Server{Handler: controlHandler(h), ReadHeaderTimeout: 10 * time.Second}
 	errc := make(chan error, 2)
-	go func() { errc <- serveErr("LAN server", lanSrv.Serve(h.lanSrv.Limit(lanLn))) }()
 	go func() { errc <- serveErr("control socket", sockSrv.Serve(sockLn)) }()
 	loopCtx, cancelLoop := context.WithCancel(ctx)
+	lb := &lanBinder{h: h, addr: listen, addrFile: opts.AddrFile, srv: lanSrv, errc: errc, first: opts.LANRetry}
+	if lb.first <= 0 {
+		lb.first = DefaultLANRetry
+	}
+	bindDone := make(chan struct{})
+	if err := lb.bind(); err != nil {
+		h.log.Warn("LAN listener: bind failed; the daemon runs without it (local and relay mail go on) and retries",
+			logkey.LAN, listen, logkey.Err, err)
+		go func() {
+			defer close(bindDone)
+			lb.retry(loopCtx)
+		}()
+	} else {
+		close(bindDone)
+	}
 	relayWait := opts.RelayWait
 	if relayWait == 0 {
 		relayWait = DefaultRelayWait
@@ -128,6 +136,9 @@ func RunDaemon(ctx context.Context, dir string, opts DaemonOptions) (err error) 
 		h.runOutbox(loopCtx, tick)
 		wg.Wait()
 	}()
+	h.mu.Lock()
+	bound := h.bound
+	h.mu.Unlock()
 	h.log.Info("daemon running", logkey.Host, h.name, logkey.Fingerprint, h.key.Fingerprint(), logkey.LAN, bound, logkey.Socket, sockPath)
 	if opts.Ready != nil {
 		opts.Ready(h)
@@ -140,6 +151,7 @@ func RunDaemon(ctx context.Context, dir string, opts DaemonOptions) (err error) 
 	}
 	h.log.Info("daemon stopping")
 	cancelLoop()
+	<-bindDone     // no bind after the LAN server's shutdown below
 	h.mail.close() // long polls (Wait) answer now
 	shutCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -152,7 +164,7 @@ func RunDaemon(ctx context.Context, dir string, opts DaemonOptions) (err error) 
 	<-loopDone
 	h.sends.Wait()
 	h.mu.Lock()
-	h.daemon, h.bound, h.lanPort = false, "", 0
+	h.daemon, h.bound, h.lanPort, h.lanErr = false, "", 0, ""
 	h.mu.Unlock()
 	h.log.Info("daemon stopped")
 	return runErr

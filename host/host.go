@@ -75,6 +75,7 @@ type Host struct {
 	listen   string // configured listen address (meta)
 	lanPort  int    // the bound LAN port while the daemon runs (x-mbx-port hint)
 	bound    string // the bound LAN address while the daemon runs
+	lanErr   string // why the daemon's LAN bind failed, while it retries (lan_bind.go)
 	daemon   bool   // true while RunDaemon serves this host
 	closed   bool
 	inflight map[string]bool // hosts with a send in flight (set and cleared by passes)

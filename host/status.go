@@ -132,6 +132,7 @@ func (h *Host) Status(ctx context.Context) (api.Status, error) {
 	if h.bound != "" {
 		st.Listen = h.bound
 	}
+	st.LANError = h.lanErr
 	h.mu.Unlock()
 	err := h.db.View(func(tx *bbolt.Tx) error {
 		st.Peers = tx.Bucket(bucketPeers).Stats().KeyN

@@ -51,6 +51,9 @@ func newIDCmd() *cobra.Command {
 				if st.Listen != "" {
 					fmt.Fprintf(w, "listen:      %s\n", st.Listen)
 				}
+				if st.LANError != "" {
+					fmt.Fprintf(w, "LAN:         not listening (%s); retried with backoff, local and relay mail go on\n", st.LANError)
+				}
 				_, err = fmt.Fprintf(w, "daemon:      %s\npeers:       %d\nagents:      %d\n", daemon, st.Peers, st.Agents)
 				return err
 			})
