@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -54,7 +55,7 @@ func TestE2EDaemonMetricsAndHealth(t *testing.T) {
 	a.must("agents", "add", "alice")
 	b.must("agents", "add", "bob")
 	metricsFile := a.home + ".metrics"
-	a.daemonArgs = []string{"--metrics-listen", "127.0.0.1:0", "--metrics-addr-file", metricsFile, "--log-format", "json"}
+	a.daemonArgs = []string{"--metrics-listen", "127.0.0.1:0", "--metrics-addr-file", metricsFile, "--log-format", "json", "--log-level", "debug"}
 	a.start()
 	b.start()
 	pinCards(t, a, b)
@@ -104,6 +105,18 @@ func TestE2EDaemonMetricsAndHealth(t *testing.T) {
 		var rec map[string]any
 		if err := json.Unmarshal([]byte(line), &rec); err != nil {
 			t.Fatalf("a daemon log line is not JSON: %q", line)
+		}
+	}
+	for _, f := range []string{"host.key", "enc.key"} {
+		var kf struct {
+			PrivateKey string `json:"privateKey"`
+		}
+		raw, err := os.ReadFile(filepath.Join(a.home, f))
+		if err != nil || json.Unmarshal(raw, &kf) != nil || kf.PrivateKey == "" {
+			t.Fatalf("%s: %v", f, err)
+		}
+		if strings.Contains(log, kf.PrivateKey) || strings.Contains(scrape, kf.PrivateKey) {
+			t.Fatalf("the daemon's log or metrics carry the private key of %s", f)
 		}
 	}
 	if !strings.Contains(log, `"msg":"daemon metrics serving"`) {
