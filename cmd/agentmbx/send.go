@@ -28,7 +28,9 @@ func newSendCmd() *cobra.Command {
 		Long: `Send a message from a local agent. Addresses: name@host (an agent of this or a paired host),
 a bare name (that agent here and on every paired host), role:ROLE, '*' (quoted, or the shell
 expands it: every agent here and on every paired host) and owner. The message id is printed once the message is durable: delivered
-to the local recipients and queued for each remote host.`,
+to the local recipients and queued for each remote host. Sending to name@host when that host's
+last known roster (the agents this host had mail from there or sent to) lacks the name warns on
+stderr; the mail is still sent (the peer creates that mailbox when it arrives).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			var addrs []string
@@ -49,9 +51,13 @@ to the local recipients and queued for each remote host.`,
 			req := api.SendRequest{From: as, To: addrs, Subject: subject, Body: body, Kind: kind,
 				Thread: thread, ReplyTo: replyTo, NeedsReply: needsReply}
 			return withConn(cmd, home, func(ctx context.Context, c *conn) error {
+				warnings := rosterWarnings(ctx, c, addrs)
 				res, err := c.Send(ctx, req)
 				if err != nil {
 					return err
+				}
+				for _, w := range warnings {
+					fmt.Fprintln(cmd.ErrOrStderr(), w)
 				}
 				return printSendResult(cmd, res, asJSON)
 			})
