@@ -33,7 +33,9 @@ func (s *Server) Sweep(ctx context.Context) (mbx.SweepReport, error) {
 	now := s.opt.Clock()
 	var rep mbx.SweepReport
 	var woken []string
-	err := s.store.Update(ctx, func(tx Tx) error {
+	// Once queued, the unit is waited for even when ctx ends: it writes rep and woken, and a
+	// committed sweep must wake the pulls of the senders it queued notices for.
+	err := s.store.Update(context.WithoutCancel(ctx), func(tx Tx) error {
 		rep, woken = mbx.SweepReport{}, nil
 		return s.sweepTx(tx, now, &rep, &woken)
 	})

@@ -33,6 +33,9 @@ with one commit per push. It also measures the directory's raw fsync rate and Ed
 verify times, and prints how far the CPU per item is from the crypto floor (the hop signature and
 its check per push, an accept signature per item). CPU figures are of the whole process, pushers
 included. Everything the run writes is removed at the end.`,
+		Example: `  agentmbx relay bench
+  agentmbx relay bench --dir /var/lib/agentmbx-relay --seconds 10
+  agentmbx relay bench --batch 200 --pushers 4 --json`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if seconds <= 0 || seconds > 3600 {
