@@ -180,6 +180,9 @@ type OutboxRow struct {
 type Agent struct {
 	Name string `json:"name"`
 	Role string `json:"role,omitempty"`
+	// CreatedByMail, when set, is the sender whose incoming mail created this agent: nobody
+	// registered the name here (it may be a sender's typo). `agents add NAME` adopts it.
+	CreatedByMail string `json:"created_by_mail,omitempty"`
 }
 
 // Peer is a paired host.

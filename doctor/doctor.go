@@ -81,6 +81,7 @@ func Run(ctx context.Context, env Env) Report {
 	if err != nil {
 		r.add(Check{ID: "relay", Status: Fail, Summary: "relay status unreadable: " + err.Error()})
 	}
+	checkAgents(ctx, env, r)
 	checkPeers(ctx, env, rs, r)
 	checkRelay(ctx, env, rs, r)
 	checkOutbox(ctx, env, last, r)
@@ -217,4 +218,28 @@ func writeMarker(home string, now time.Time) error {
 // relayOptions are the relay client options of the relay pinned as rs.
 func relayOptions(env Env, rs api.RelayStatus) *relayclient.Options {
 	return &relayclient.Options{CA: []byte(rs.CA), Timeout: env.RelayTimeout, Clock: env.Now, HTTPClient: env.RelayHTTPClient}
+}
+
+// checkAgents: agents that incoming mail created (nobody registered the name here) are shown, as
+// a sender's typo would be: the mail waits in a mailbox nobody reads.
+func checkAgents(ctx context.Context, env Env, r *Report) {
+	as, err := env.Host.Agents(ctx)
+	if err != nil {
+		r.add(Check{ID: "agents", Status: Fail, Summary: "agents unreadable: " + err.Error()})
+		return
+	}
+	var created []string
+	for _, a := range as {
+		if a.CreatedByMail != "" {
+			created = append(created, a.Name+" (by mail from "+a.CreatedByMail+")")
+		}
+	}
+	if len(created) == 0 {
+		r.add(Check{ID: "agents", Status: OK, Summary: fmt.Sprintf("%d agents, none created by incoming mail", len(as))})
+		return
+	}
+	r.add(Check{ID: "agents", Status: Warn,
+		Summary: fmt.Sprintf("%d agents created by incoming mail: %s", len(created), strings.Join(created, ", ")),
+		Detail:  "no one registered these names here; their mail is kept in new mailboxes (a sender's typo, or a new agent)",
+		Fix:     "keep one: agentmbx agents add NAME; else tell the sender the right address"})
 }

@@ -29,10 +29,12 @@ type fakeHost struct {
 	peers  []api.Peer
 	rows   []api.OutboxRow
 	relay  api.RelayStatus
+	agents []api.Agent
 }
 
 func (f *fakeHost) Status(context.Context) (api.Status, error)           { return f.status, nil }
 func (f *fakeHost) Peers(context.Context) ([]api.Peer, error)            { return f.peers, nil }
+func (f *fakeHost) Agents(context.Context) ([]api.Agent, error)          { return f.agents, nil }
 func (f *fakeHost) Outbox(context.Context) ([]api.OutboxRow, error)      { return f.rows, nil }
 func (f *fakeHost) RelayStatus(context.Context) (api.RelayStatus, error) { return f.relay, nil }
 func (f *fakeHost) RelaySet(context.Context, api.RelaySetRequest) (api.RelayStatus, error) {
@@ -153,7 +155,7 @@ func TestAllWell(t *testing.T) {
 			t.Errorf("check %s = %s %q, want ok", c.ID, c.Status, c.Summary)
 		}
 	}
-	for _, id := range []string{"host", "home.modes", "daemon", "daemon.version", "daemon.lan", "peer.work", "relay", "relay.reach",
+	for _, id := range []string{"host", "home.modes", "daemon", "daemon.version", "daemon.lan", "agents", "peer.work", "relay", "relay.reach",
 		"relay.key", "relay.clock", "relay.enrol", "relay.enc-ad", "relay.senders", "outbox", "outbox.ended", "quarantine"} {
 		find(t, r, id)
 	}
@@ -176,6 +178,9 @@ func TestEachCheckFails(t *testing.T) {
 		{"LAN port taken", func(t *testing.T, w *world) {
 			w.host.status.Listen, w.host.status.LANError = "127.0.0.1:7373", "listen tcp 127.0.0.1:7373: bind: address already in use"
 		}, "daemon.lan", Warn, "--listen HOST:PORT"},
+		{"agent created by incoming mail", func(t *testing.T, w *world) {
+			w.host.agents = []api.Agent{{Name: "bob"}, {Name: "bobb", CreatedByMail: "ann@work"}}
+		}, "agents", Warn, "agentmbx agents add NAME"},
 		{"daemon of another build", func(t *testing.T, w *world) { w.host.status.Version = "v0" }, "daemon.version", Warn, "restart the daemon"},
 		{"peer without enc key", func(t *testing.T, w *world) { w.host.peers[0].EncPub = "" }, "peer.work", Fail, "agentmbx peers remove work"},
 		{"relay-only peer, no relay", func(t *testing.T, w *world) { w.host.relay = api.RelayStatus{} }, "peer.work", Fail, "agentmbx relay set"},

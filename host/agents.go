@@ -34,6 +34,9 @@ type agentRecord struct {
 	Name    string `json:"name"`
 	Role    string `json:"role,omitempty"`
 	AddedAt string `json:"added_at"`
+	// CreatedBy is set when mail from another host created the agent (the sender's address):
+	// nobody here registered that name, so it may be a typo. agents add clears it.
+	CreatedBy string `json:"created_by,omitempty"`
 }
 
 func checkAgentName(name string) error {
@@ -48,7 +51,8 @@ func checkAgentName(name string) error {
 
 // ensureAgentTx registers name on first use; an existing agent is left as it is. The owner is a
 // pseudo-agent: it has a mailbox but is never registered (so * and roles never include it).
-func ensureAgentTx(tx *bbolt.Tx, name string, now time.Time) error {
+// createdBy, for mail from another host, is its sender: the agent then exists because of it.
+func ensureAgentTx(tx *bbolt.Tx, name string, now time.Time, createdBy string) error {
 	if name == AgentOwner {
 		return nil
 	}
@@ -56,7 +60,7 @@ func ensureAgentTx(tx *bbolt.Tx, name string, now time.Time) error {
 	if b.Get([]byte(name)) != nil {
 		return nil
 	}
-	return putJSON(b, []byte(name), agentRecord{Name: name, AddedAt: mbx.ISOTime(now)})
+	return putJSON(b, []byte(name), agentRecord{Name: name, AddedAt: mbx.ISOTime(now), CreatedBy: createdBy})
 }
 
 func agentsTx(tx *bbolt.Tx) ([]agentRecord, error) {
@@ -82,7 +86,7 @@ func (h *Host) Agents(ctx context.Context) ([]api.Agent, error) {
 	err := h.db.View(func(tx *bbolt.Tx) error {
 		as, err := agentsTx(tx)
 		for _, a := range as {
-			out = append(out, api.Agent{Name: a.Name, Role: a.Role})
+			out = append(out, api.Agent{Name: a.Name, Role: a.Role, CreatedByMail: a.CreatedBy})
 		}
 		return err
 	})
@@ -96,7 +100,8 @@ func (h *Host) Agents(ctx context.Context) ([]api.Agent, error) {
 }
 
 // AddAgent registers an agent, or sets the role of an existing one (an empty role leaves the
-// role as it is). It is idempotent.
+// role as it is). It is idempotent. An agent that incoming mail created is adopted: its
+// created-by-mail mark is cleared.
 func (h *Host) AddAgent(ctx context.Context, a api.Agent) (api.Agent, error) {
 	if err := ctx.Err(); err != nil {
 		return api.Agent{}, err
@@ -123,6 +128,7 @@ func (h *Host) AddAgent(ctx context.Context, a api.Agent) (api.Agent, error) {
 		if a.Role != "" {
 			out.Role = a.Role
 		}
+		out.CreatedBy = ""
 		return putJSON(b, []byte(a.Name), out)
 	})
 	if err != nil {

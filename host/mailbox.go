@@ -71,7 +71,11 @@ func (h *Host) deliverLocalTx(tx *bbolt.Tx, msg *storedMessage, agents []string,
 		if box.Get(k) != nil {
 			continue
 		}
-		if err := ensureAgentTx(tx, a, now); err != nil {
+		createdBy := ""
+		if msg.Origin != "" {
+			createdBy = msg.From
+		}
+		if err := ensureAgentTx(tx, a, now, createdBy); err != nil {
 			return err
 		}
 		e := mboxEntry{State: mbx.ReceiptDelivered, At: mbx.ISOTime(now), Origin: msg.Origin}

@@ -221,7 +221,7 @@ func (h *Host) Send(ctx context.Context, req api.SendRequest) (api.SendResult, e
 				return fmt.Errorf("peer %s changed keys meanwhile: %w", p.Host, errRetrySend)
 			}
 		}
-		if err := ensureAgentTx(tx, req.From, now); err != nil {
+		if err := ensureAgentTx(tx, req.From, now, ""); err != nil {
 			return err
 		}
 		if err := h.deliverLocalTx(tx, &msg, rt.local, now); err != nil {

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 
 	"github.com/spf13/cobra"
 
@@ -34,11 +35,7 @@ func newAgentsCmd() *cobra.Command {
 					_, err := fmt.Fprintln(cmd.OutOrStdout(), "no agents yet (add one with `agentmbx agents add NAME`)")
 					return err
 				}
-				rows := make([][]string, 0, len(as))
-				for _, a := range as {
-					rows = append(rows, []string{a.Name, a.Role})
-				}
-				return table(cmd.OutOrStdout(), []string{"NAME", "ROLE"}, rows)
+				return printAgents(cmd.OutOrStdout(), as)
 			})
 		},
 	}
@@ -80,4 +77,30 @@ characters. An agent with a role also gets the mail sent to role:ROLE.`,
 	cmd.Flags().StringVar(&role, "role", "", "the agent's role, for mail sent to role:ROLE")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the agent as JSON")
 	return cmd
+}
+
+// printAgents prints the agents table; a NOTE column appears when incoming mail created an agent
+// (nobody registered that name here: it may be a sender's typo).
+func printAgents(w io.Writer, as []api.Agent) error {
+	created := false
+	for _, a := range as {
+		created = created || a.CreatedByMail != ""
+	}
+	head := []string{"NAME", "ROLE"}
+	if created {
+		head = append(head, "NOTE")
+	}
+	rows := make([][]string, 0, len(as))
+	for _, a := range as {
+		row := []string{a.Name, a.Role}
+		if created {
+			note := ""
+			if a.CreatedByMail != "" {
+				note = "created by incoming mail from " + a.CreatedByMail
+			}
+			row = append(row, note)
+		}
+		rows = append(rows, row)
+	}
+	return table(w, head, rows)
 }
