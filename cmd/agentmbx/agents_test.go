@@ -30,3 +30,38 @@ func TestPrintAgentsMarksCreatedByMail(t *testing.T) {
 		}
 	}
 }
+
+// The outbox table keeps LAST_ERROR whole (other cells are cut at 60 characters).
+func TestOutboxTableKeepsLastErrorWhole(t *testing.T) {
+	long := "dial tcp 127.0.0.1:7383: connect: connection refused; then the relay: relay stopped (key changed) at 10:00"
+	var b strings.Builder
+	if err := outboxTable(&b, []api.OutboxRow{{MsgID: "01M", Host: "beta", State: "pending", LastError: long + "\nsecond line"}}); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(b.String(), long+" second line") {
+		t.Fatalf("outbox table cut the error:\n%s", b.String())
+	}
+}
+
+// Help of the mail commands explains every mailbox state; relay status explains the seq.
+func TestPlainWords(t *testing.T) {
+	for _, s := range []string{"delivered", "notified", "read", "acked"} {
+		if !strings.Contains(inboxStates, "\n  "+s+" ") {
+			t.Errorf("inbox states help lacks %s", s)
+		}
+	}
+	root := newRootCmd()
+	for _, name := range []string{"inbox", "read", "ack"} {
+		c, _, err := root.Find([]string{name})
+		if err != nil || !strings.Contains(c.Long, "notified   listed to the agent once") {
+			t.Errorf("%s help lacks the states: %v\n%s", name, err, c.Long)
+		}
+	}
+	got := receivePosition(1796280634752)
+	if !strings.Contains(got, "through seq 1796280634752") || !strings.Contains(got, "Unix ms") || !strings.Contains(got, "2026-12-03T") {
+		t.Errorf("receive position = %q", got)
+	}
+	if got := receivePosition(0); !strings.Contains(got, "nothing pulled yet") {
+		t.Errorf("receive position 0 = %q", got)
+	}
+}

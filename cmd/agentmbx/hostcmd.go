@@ -116,11 +116,20 @@ func printJSON(w io.Writer, v any) error {
 
 // table writes rows under a header, in aligned columns.
 func table(w io.Writer, header []string, rows [][]string) error {
+	return tableFullLast(w, header, rows, false)
+}
+
+// tableFullLast is table; with fullLast the last column (an error text) is kept whole on its line.
+func tableFullLast(w io.Writer, header []string, rows [][]string, fullLast bool) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, strings.Join(header, "\t"))
 	for _, r := range rows {
 		for i := range r {
-			r[i] = oneLine(r[i])
+			if fullLast && i == len(r)-1 {
+				r[i] = controlsToSpaces(r[i])
+			} else {
+				r[i] = oneLine(r[i])
+			}
 			if r[i] == "" {
 				r[i] = "-"
 			}
@@ -133,12 +142,7 @@ func table(w io.Writer, header []string, rows [][]string) error {
 // oneLine makes s fit in a table cell: control characters (newlines, tabs) become spaces, and
 // long text is cut.
 func oneLine(s string) string {
-	s = strings.Map(func(r rune) rune {
-		if r < 0x20 || r == 0x7f || r == 0x2028 || r == 0x2029 {
-			return ' '
-		}
-		return r
-	}, s)
+	s = controlsToSpaces(s)
 	const max = 60
 	if r := []rune(s); len(r) > max {
 		s = string(r[:max-1]) + "…"
@@ -233,4 +237,14 @@ func explain(err error) error {
 		}
 	}
 	return err
+}
+
+// controlsToSpaces turns control characters (newlines, tabs) and line separators into spaces.
+func controlsToSpaces(s string) string {
+	return strings.Map(func(r rune) rune {
+		if r < 0x20 || r == 0x7f || r == 0x2028 || r == 0x2029 {
+			return ' '
+		}
+		return r
+	}, s)
 }

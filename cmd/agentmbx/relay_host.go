@@ -193,7 +193,7 @@ func printRelayStatus(w io.Writer, st api.RelayStatus) error {
 	} else {
 		line("senders", "not published")
 	}
-	recv := "through seq " + strconv.FormatInt(st.ReceivedThrough, 10)
+	recv := receivePosition(st.ReceivedThrough)
 	if st.PositionEpoch != "" {
 		recv += " of epoch " + st.PositionEpoch
 	}

@@ -50,6 +50,7 @@ func newRootCmd() *cobra.Command {
 	root.AddCommand(newRelayCmd())
 	root.AddCommand(newDoctorCmd(), newDemoCmd())
 	setExamples(root)
+	explainStates(root)
 	return root
 }
 

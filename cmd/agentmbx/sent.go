@@ -99,5 +99,6 @@ func outboxTable(w interface{ Write([]byte) (int, error) }, rows []api.OutboxRow
 	for _, r := range rows {
 		out = append(out, []string{r.MsgID, r.Host, r.State, r.Transport, strconv.Itoa(r.Attempts), r.NextAt, r.LastError})
 	}
-	return table(w, []string{"MSG_ID", "HOST", "STATE", "TRANSPORT", "ATTEMPTS", "NEXT_AT", "LAST_ERROR"}, out)
+	// LAST_ERROR is last so that it can be shown whole: a cut error hides its cause.
+	return tableFullLast(w, []string{"MSG_ID", "HOST", "STATE", "TRANSPORT", "ATTEMPTS", "NEXT_AT", "LAST_ERROR"}, out, true)
 }
