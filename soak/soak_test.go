@@ -508,7 +508,7 @@ func (s *soak) mailboxes(ctx context.Context) (map[Mailbox][]string, []string, e
 	var alerts []string
 	for _, h := range s.hosts {
 		for _, a := range h.Agents {
-			out, err := s.kit.Must(ctx, "inbox", "--home", h.home, "--as", a.Name, "--all", "--json")
+			out, err := s.kit.Must(ctx, "inbox", "--home", h.home, "--as", a.Name, "--all", "--limit", "0", "--json")
 			if err != nil {
 				return nil, nil, err
 			}

@@ -285,7 +285,7 @@ func (n *node) send(from, to, subject, body string, extra ...string) string {
 func (n *node) inbox(agent string) []api.Message {
 	n.t.Helper()
 	var msgs []api.Message
-	n.mustJSON(&msgs, "inbox", "--as", agent, "--all")
+	n.mustJSON(&msgs, "inbox", "--as", agent, "--all", "--limit", "0")
 	return msgs
 }
 

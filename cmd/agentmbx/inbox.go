@@ -4,25 +4,36 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"slices"
 	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/agentmbx/agentmbx/api"
+	"github.com/agentmbx/agentmbx/mbx"
 )
 
 func newInboxCmd() *cobra.Command {
 	var (
-		home, as    string
-		all, asJSON bool
-		wait        time.Duration
+		home, as, since string
+		all, asJSON     bool
+		wait            time.Duration
+		limit           int
 	)
 	cmd := &cobra.Command{
-		Use:   "inbox --as AGENT [--all] [--wait DURATION] [--json]",
+		Use:   "inbox --as AGENT [--all] [--limit N] [--since ID|DURATION] [--wait DURATION] [--json]",
 		Short: "List an agent's mail: unread by default, everything with --all",
-		Long: `List an agent's mail: unread by default, everything with --all. With --wait, when there is
-no unread mail, wait up to that long for some to arrive (this needs the daemon running).`,
+		Long: `List an agent's mail: unread by default, everything with --all. It shows the newest --limit
+messages (50 by default, at most 500; 0 for all), newest last, and a line saying how many older ones it left
+out; --since shows only mail after a message id, or from the last DURATION (like 2h). --json
+prints the same messages as a JSON array (the line about the others goes to stderr). With
+--wait, when there is no unread mail, wait up to that long for some to arrive (this needs the
+daemon running).
+
+States: delivered (stored here, not yet shown), notified (listed to the agent by inbox or a
+wait, not yet opened), read (opened with read), acked (acknowledged with ack).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if wait < 0 || wait > api.MaxWait {
@@ -31,50 +42,123 @@ no unread mail, wait up to that long for some to arrive (this needs the daemon r
 			if wait > 0 && all {
 				return usageErr("--wait waits for unread mail; drop --all", "inbox: --wait with --all")
 			}
+			if limit < 0 || limit > api.MaxPage {
+				return usageErr(fmt.Sprintf("from 1 to %d, or 0 for all", api.MaxPage), "inbox: bad --limit %d", limit)
+			}
+			after, err := sinceID(since, time.Now())
+			if err != nil {
+				return usageErr("a message id, or a duration like 30m or 2h", "inbox: bad --since %q", since)
+			}
 			return withConn(cmd, home, func(ctx context.Context, c *conn) error {
+				if err := knownAgent(ctx, c, as); err != nil {
+					return err
+				}
 				var msgs []api.Message
-				var err error
+				more := 0
 				switch {
 				case wait > 0 && c.daemon == nil:
 					// Waiting on the store would keep it locked, so no mail could arrive.
 					return hint(errors.New("inbox: --wait needs the daemon running"), "start it with `agentmbx daemon`")
 				case wait > 0:
 					msgs, err = c.Wait(ctx, as, wait)
-				default:
+				case limit == 0:
 					msgs, err = c.Inbox(ctx, as, all)
+					msgs = slices.DeleteFunc(msgs, func(m api.Message) bool { return after != "" && m.ID <= after })
+				default:
+					ms, ok := c.Service.(api.MailService)
+					if !ok {
+						return errors.New("inbox: this host cannot list pages of mail")
+					}
+					var page api.InboxPage
+					page, err = ms.InboxPage(ctx, api.InboxRequest{Agent: as, All: all, Since: after, Limit: limit})
+					msgs, more = page.Messages, page.More
 				}
 				if err != nil {
 					return err
 				}
-				if asJSON {
-					if msgs == nil {
-						msgs = []api.Message{}
-					}
-					return printJSON(cmd.OutOrStdout(), msgs)
-				}
-				if len(msgs) == 0 {
-					what := "no unread mail"
-					if all {
-						what = "no mail"
-					}
-					_, err := fmt.Fprintf(cmd.OutOrStdout(), "%s for %s\n", what, as)
-					return err
-				}
-				rows := make([][]string, 0, len(msgs))
-				for _, m := range msgs {
-					rows = append(rows, []string{m.ID, m.State, m.From, m.Kind, m.Subject, m.TS})
-				}
-				return table(cmd.OutOrStdout(), []string{"ID", "STATE", "FROM", "KIND", "SUBJECT", "TS"}, rows)
+				return printInbox(cmd, as, all, asJSON, msgs, more)
 			})
 		},
 	}
 	addHomeFlag(cmd, &home)
 	cmd.Flags().StringVar(&as, "as", "", "the local agent whose mail to list")
 	cmd.Flags().BoolVar(&all, "all", false, "list read and acknowledged mail too")
+	cmd.Flags().IntVar(&limit, "limit", 50, fmt.Sprintf("show at most this many of the newest messages (1 to %d; 0: all)", api.MaxPage))
+	cmd.Flags().StringVar(&since, "since", "", "only mail after this message id, or from the last DURATION (like 2h)")
 	cmd.Flags().DurationVar(&wait, "wait", 0, "wait up to this long for unread mail (needs the daemon)")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the messages as a JSON array")
 	cmd.MarkFlagRequired("as")
 	return cmd
+}
+
+// printInbox prints a page of mail (a table, or a JSON array) and how many messages it left out.
+func printInbox(cmd *cobra.Command, as string, all, asJSON bool, msgs []api.Message, more int) error {
+	moreLine := func(w io.Writer) {
+		if more > 0 {
+			fmt.Fprintf(w, "%d older messages not shown (--limit N, --since ID|DURATION)\n", more)
+		}
+	}
+	if asJSON {
+		if msgs == nil {
+			msgs = []api.Message{}
+		}
+		moreLine(cmd.ErrOrStderr())
+		return printJSON(cmd.OutOrStdout(), msgs)
+	}
+	w := cmd.OutOrStdout()
+	if len(msgs) == 0 {
+		what := "no unread mail"
+		if all {
+			what = "no mail"
+		}
+		_, err := fmt.Fprintf(w, "%s for %s\n", what, as)
+		return err
+	}
+	rows := make([][]string, 0, len(msgs))
+	for _, m := range msgs {
+		rows = append(rows, []string{m.ID, m.State, m.From, m.Kind, m.Subject, m.TS})
+	}
+	if err := table(w, []string{"ID", "STATE", "FROM", "KIND", "SUBJECT", "TS"}, rows); err != nil {
+		return err
+	}
+	moreLine(w)
+	return nil
+}
+
+// sinceID turns --since into a message id to list mail after: an id as given, or for a
+// duration the smallest id of the millisecond that long before now.
+func sinceID(since string, now time.Time) (string, error) {
+	if since == "" {
+		return "", nil
+	}
+	if mbx.ValidULID(since) {
+		return since, nil
+	}
+	d, err := time.ParseDuration(since)
+	if err != nil || d <= 0 {
+		return "", fmt.Errorf("bad --since %q", since)
+	}
+	return mbx.NewULIDs(zeroReader{}).New(now.Add(-d)), nil
+}
+
+// zeroReader reads zeros: a ULID drawn from it has the lowest random part.
+type zeroReader struct{}
+
+func (zeroReader) Read(p []byte) (int, error) { clear(p); return len(p), nil }
+
+// knownAgent fails with "no such agent" (exit 1) when name is not an agent of this host, so that
+// a typo in --as does not look like an empty mailbox.
+func knownAgent(ctx context.Context, c *conn, name string) error {
+	agents, err := c.Agents(ctx)
+	if err != nil {
+		return err
+	}
+	for _, a := range agents {
+		if a.Name == name {
+			return nil
+		}
+	}
+	return hint(fmt.Errorf("no such agent %q on this host", name), "`agentmbx agents` lists this host's agents")
 }
 
 func newReadCmd() *cobra.Command {

@@ -59,6 +59,11 @@ stderr; the mail is still sent (the peer creates that mailbox when it arrives).`
 				for _, w := range warnings {
 					fmt.Fprintln(cmd.ErrOrStderr(), w)
 				}
+				if c.daemon == nil && len(res.Hosts) > 0 {
+					// On the store: nothing leaves this machine until a daemon runs.
+					fmt.Fprintf(cmd.ErrOrStderr(), "no daemon is running: the message is queued for %s and leaves when `agentmbx daemon` starts\n",
+						strings.Join(res.Hosts, ", "))
+				}
 				return printSendResult(cmd, res, asJSON)
 			})
 		},
