@@ -50,8 +50,10 @@ wait, not yet opened), read (opened with read), acked (acknowledged with ack).`,
 				return usageErr("a message id, or a duration like 30m or 2h", "inbox: bad --since %q", since)
 			}
 			return withConn(cmd, home, func(ctx context.Context, c *conn) error {
-				if err := knownAgent(ctx, c, as); err != nil {
-					return err
+				if wait == 0 { // a wait may be for the mail that creates the agent here
+					if err := knownAgent(ctx, c, as); err != nil {
+						return err
+					}
 				}
 				var msgs []api.Message
 				more := 0
