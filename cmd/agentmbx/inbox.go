@@ -25,15 +25,12 @@ func newInboxCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "inbox --as AGENT [--all] [--limit N] [--since ID|DURATION] [--wait DURATION] [--json]",
 		Short: "List an agent's mail: unread by default, everything with --all",
-		Long: `List an agent's mail: unread by default, everything with --all. It shows the newest --limit
-messages (50 by default, at most 500; 0 for all), newest last, and a line saying how many older ones it left
-out; --since shows only mail after a message id, or from the last DURATION (like 2h). --json
-prints the same messages as a JSON array (the line about the others goes to stderr). With
---wait, when there is no unread mail, wait up to that long for some to arrive (this needs the
-daemon running).
-
-States: delivered (stored here, not yet shown), notified (listed to the agent by inbox or a
-wait, not yet opened), read (opened with read), acked (acknowledged with ack).`,
+		Long: `List an agent's mail: unread by default, everything with --all. It shows the newest
+--limit messages (50 by default, at most 500; 0 for all), newest last, and a line saying how
+many older ones it left out; --since shows only mail after a message id, or from the last
+DURATION (like 2h). --json prints the same messages as a JSON array (the line about the others
+goes to stderr). With --wait, when there is no unread mail, wait up to that long for some to
+arrive (this needs the daemon running).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if wait < 0 || wait > api.MaxWait {
