@@ -243,6 +243,19 @@ type RelaySetRequest struct {
 	// CA is a PEM bundle of CA certificates trusted for the relay's TLS certificate besides the
 	// system roots (a private CA); "" trusts the system roots only.
 	CA string `json:"ca,omitempty"`
+	// TokenFile is an absolute path to a file holding the account token to enrol with (a hosted
+	// relay); it is read again at each enrolment. "" enrols with $MBX_RELAY_TOKEN when the daemon
+	// has it, else by the host-key challenge.
+	TokenFile string `json:"token_file,omitempty"`
+}
+
+// RelayToken is what this host knows of its account token (read, not verified: the relay does).
+type RelayToken struct {
+	Source  string `json:"source"`            // the token file, or $MBX_RELAY_TOKEN
+	Exp     string `json:"exp,omitempty"`     // its exp claim
+	Expired bool   `json:"expired,omitempty"` // exp has passed
+	Account string `json:"account,omitempty"` // its account claim
+	Error   string `json:"error,omitempty"`   // it could not be read or parsed
 }
 
 // RelayStatus is what `agentmbx relay status` shows.
@@ -287,6 +300,10 @@ type RelayStatus struct {
 	Problems []RelayProblem `json:"problems,omitempty"`
 	// Daemon says the answer came from a running daemon (which is the one using the relay).
 	Daemon bool `json:"daemon"`
+	// Account is the account the relay says this host's enrolment proved ("" for none).
+	Account string `json:"account,omitempty"`
+	// Token is the account token this host enrols with (nil for none).
+	Token *RelayToken `json:"token,omitempty"`
 }
 
 // RelayKeyChange is a relay key other than the pinned one, as the relay served it.

@@ -59,6 +59,8 @@ type relayState struct {
 	TOFU     bool   `json:"tofu,omitempty"`
 	// CA is the PEM bundle of a private CA trusted for the relay's certificate ("" for none).
 	CA string `json:"ca,omitempty"`
+	// TokenFile holds the account token to enrol with ("" for $MBX_RELAY_TOKEN or none).
+	TokenFile string `json:"token_file,omitempty"`
 
 	// Epoch is the relay epoch last seen in an info, push or pull answer ("" before any).
 	Epoch string `json:"epoch,omitempty"`
@@ -401,6 +403,9 @@ func (h *Host) RelaySet(ctx context.Context, req api.RelaySetRequest) (api.Relay
 			return api.RelayStatus{}, fmt.Errorf("host: relay set: %w: %v", ErrInvalid, err)
 		}
 	}
+	if err := checkTokenFile(req.TokenFile); err != nil {
+		return api.RelayStatus{}, fmt.Errorf("host: relay set: %w: %v", ErrInvalid, err)
+	}
 	info, err := relayclient.Discover(ctx, url, &relayclient.Options{Clock: h.clock, Logger: h.log, CA: []byte(req.CA)})
 	if err != nil {
 		return api.RelayStatus{}, fmt.Errorf("host: relay set %s: %w: %w", url, ErrRelayUnreachable, err)
@@ -421,10 +426,14 @@ func (h *Host) RelaySet(ctx context.Context, req api.RelaySetRequest) (api.Relay
 			return err
 		}
 		if old != nil && old.URL == pin.URL && old.RelayKey == pin.RelayKey {
-			if old.KeyChange != nil || (fp != "" && old.TOFU) || old.CA != req.CA {
+			if old.KeyChange != nil || (fp != "" && old.TOFU) || old.CA != req.CA || old.TokenFile != req.TokenFile {
 				old.KeyChange = nil
 				old.TOFU = old.TOFU && fp == ""
 				old.CA = req.CA
+				if old.TokenFile != req.TokenFile {
+					// Another token (or none) proves another account: enrol again with it.
+					old.TokenFile, old.Enrolled = req.TokenFile, nil
+				}
 				return saveRelayTx(tx, old)
 			}
 			return nil
@@ -434,7 +443,7 @@ func (h *Host) RelaySet(ctx context.Context, req api.RelaySetRequest) (api.Relay
 		}
 		lim := info.Limits
 		return saveRelayTx(tx, &relayState{URL: pin.URL, RelayKey: pin.RelayKey, PinnedAt: mbx.ISOTime(h.clock()),
-			TOFU: fp == "", CA: req.CA, Published: relaylink.Published{Limits: &lim}, Epoch: info.Epoch})
+			TOFU: fp == "", CA: req.CA, TokenFile: req.TokenFile, Published: relaylink.Published{Limits: &lim}, Epoch: info.Epoch})
 	})
 	if err != nil {
 		return api.RelayStatus{}, fmt.Errorf("host: relay set: %w", err)
@@ -490,6 +499,7 @@ func (h *Host) RelayStatus(ctx context.Context) (api.RelayStatus, error) {
 		}
 		st.Configured, st.URL, st.RelayPubkey, st.Fingerprint = true, s.URL, s.RelayKey, mbx.Fingerprint(s.RelayKey)
 		st.PinnedAt, st.TOFU, st.Epoch, st.CA = s.PinnedAt, s.TOFU, s.Epoch, s.CA
+		st.Account, st.Token = s.Account, tokenStatus(s.TokenFile, h.clock())
 		if s.KeyChange != nil {
 			st.Stopped = true
 			kc := *s.KeyChange

@@ -42,6 +42,13 @@ func (h *Host) relayKeep(ctx context.Context, force bool) error {
 			}
 			return s.Published, true, nil
 		},
+		Proof: func() (string, error) {
+			s, err := h.loadRelay()
+			if err != nil || s == nil {
+				return "", err
+			}
+			return relayToken(s.TokenFile)
+		},
 		Save:      func(p relaylink.Published) error { return h.saveKeep(l, p) },
 		Problem:   func(op string, err error) error { return h.relayRecord(l, op, err) },
 		EpochSeen: func(epoch string) { h.relayEpochSeen(l, epoch) },

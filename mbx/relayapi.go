@@ -104,6 +104,9 @@ type InfoCaller struct {
 	// EncAd summarises the enc-key ad the relay holds for the caller, in the 0.5.x shape; null
 	// when it holds none.
 	EncAd *InfoEncAd `json:"enc_ad"`
+	// Account is the account an authority proved at the caller's enrolment (an account token);
+	// absent for a host-key enrolment. An addition of this implementation.
+	Account string `json:"account,omitempty"`
 }
 
 // InfoEncAd is you.enc_ad of GET /v2/relay/info, as 0.5.x serves and reads it: the enc key the

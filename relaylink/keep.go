@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"log/slog"
 	"slices"
 	"strings"
@@ -58,6 +59,8 @@ type Published struct {
 	Enrolled *Enrolment  `json:"enrolled,omitempty"`
 	EncAd    *EncAd      `json:"enc_ad,omitempty"`
 	Senders  *Senders    `json:"senders,omitempty"`
+	// Account is the account the relay's info last named for this host ("" for none).
+	Account string `json:"account,omitempty"`
 }
 
 // EnrolledFor reports whether e holds for the relay pin, epoch and host key.
@@ -98,6 +101,9 @@ type Keeper struct {
 	Save func(p Published) error
 	// Problem records the outcome of an operation (err nil clears it) and returns err;
 	// EpochSeen is told the epoch the relay's info named.
+	// Proof returns the account token to enrol with ("" for none: the host-key challenge); it is
+	// asked at each enrolment, so a token file another process refreshes is read again.
+	Proof     func() (string, error)
 	Problem   func(op string, err error) error
 	EpochSeen func(epoch string)
 	Logger    *slog.Logger
@@ -126,13 +132,16 @@ func (k Keeper) Run(ctx context.Context, force bool) (ran Ran, err error) {
 	}
 	lim := info.Limits
 	dirty := p.Limits == nil || *p.Limits != lim
+	if info.You != nil && info.You.Account != p.Account {
+		p.Account, dirty = info.You.Account, true
+	}
 	p.Limits = &lim
 	now := k.Clock()
 
 	enrol := info.You == nil || !p.Enrolled.EnrolledFor(k.Pin, info.Epoch, k.HostKey)
 	republish := enrol || force
 	if enrol {
-		if err := k.Client.Enrol(ctx, "", ""); err != nil {
+		if err := k.enrol(ctx); err != nil {
 			return ran, k.Problem(OpEnrol, err)
 		}
 		ran.Enrolled = true
@@ -191,4 +200,16 @@ func (k Keeper) adDue(p Published, info mbx.InfoResponse, republish bool, now ti
 	}
 	at, err := mbx.ParseISOTime(ad.At)
 	return err != nil || !now.Before(at.Add(mbx.EncAdRefresh))
+}
+
+// enrol enrols the host key, with the account token when there is one.
+func (k Keeper) enrol(ctx context.Context) error {
+	proof := ""
+	if k.Proof != nil {
+		var err error
+		if proof, err = k.Proof(); err != nil {
+			return fmt.Errorf("account token: %w", err)
+		}
+	}
+	return k.Client.Enrol(ctx, "", proof)
 }

@@ -275,7 +275,7 @@ func (s *Server) handleInfo(w http.ResponseWriter, r *http.Request) {
 				s.writeError(w, r, fmt.Errorf("info: %w", err))
 				return
 			}
-			you := &mbx.InfoCaller{Host: e.HostName, Pubkey: e.HostPubkey, HeadSeq: h.HeadSeq, AckedThrough: h.AckedThrough}
+			you := &mbx.InfoCaller{Host: e.HostName, Pubkey: e.HostPubkey, HeadSeq: h.HeadSeq, AckedThrough: h.AckedThrough, Account: e.Account}
 			ad, err := s.store.EncAd(r.Context(), e.HostPubkey)
 			switch {
 			case err == nil:

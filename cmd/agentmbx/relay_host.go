@@ -7,6 +7,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"path/filepath"
 	"strconv"
 	"strings"
 
@@ -33,11 +34,11 @@ func (c *conn) relay() api.RelayService {
 
 func newRelaySetCmd() *cobra.Command {
 	var (
-		home, key, caFile string
-		asJSON            bool
+		home, key, caFile, tokenFile string
+		asJSON                       bool
 	)
 	cmd := &cobra.Command{
-		Use:   "set URL [--key FINGERPRINT] [--ca FILE]",
+		Use:   "set URL [--key FINGERPRINT] [--ca FILE] [--token-file FILE]",
 		Short: "Use the relay at URL for peers the LAN does not reach",
 		Long: `Pin the relay at URL: fetch its info, show its key's fingerprint and pin it. With --key the
 served key must have that fingerprint (or be that base64 key), else nothing is pinned; without it
@@ -52,17 +53,27 @@ allowed to send to it, and sends mail through the relay to peers it cannot reach
 An https relay's certificate must verify against the system roots, or against the private CA
 given with --ca (its PEM file; kept with the pin). A plain http:// URL to anything but loopback
 works (hops are signed and bodies sealed) but shows its metadata to the network: it is warned
-about here and by doctor.`,
+about here and by doctor.
+
+A hosted relay may admit hosts by account token: a short-lived JWT from its accounts service,
+bound to this host's key. --token-file names a file holding it, read again at each enrolment (so
+another process can keep it fresh); without it the daemon uses $MBX_RELAY_TOKEN when set.`,
 		Example: `  agentmbx relay set https://relay.example.com --key a9d0-987f-ae26-edc0
-  agentmbx relay set https://relay.internal:7374 --key a9d0-987f-ae26-edc0 --ca ./private-ca.pem`,
+  agentmbx relay set https://relay.internal:7374 --key a9d0-987f-ae26-edc0 --ca ./private-ca.pem
+  agentmbx relay set https://relay.hosted.example --key a9d0-987f-ae26-edc0 --token-file ~/.config/mbx/token`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ca, err := readCA(caFile)
 			if err != nil {
 				return err
 			}
+			if tokenFile != "" {
+				if tokenFile, err = filepath.Abs(tokenFile); err != nil {
+					return err
+				}
+			}
 			return withConn(cmd, home, func(ctx context.Context, c *conn) error {
-				st, err := c.relay().RelaySet(ctx, api.RelaySetRequest{URL: args[0], Key: key, CA: string(ca)})
+				st, err := c.relay().RelaySet(ctx, api.RelaySetRequest{URL: args[0], Key: key, CA: string(ca), TokenFile: tokenFile})
 				if err != nil {
 					return explainRelayErr(err)
 				}
@@ -92,6 +103,7 @@ about here and by doctor.`,
 	addHomeFlag(cmd, &home)
 	cmd.Flags().StringVar(&key, "key", "", "the relay key's fingerprint (xxxx-xxxx-xxxx-xxxx, ed25519: prefix and case optional) to require instead of trusting the first answer")
 	cmd.Flags().StringVar(&caFile, "ca", "", "trust the relay's certificate when the private CA in this PEM file signed it")
+	cmd.Flags().StringVar(&tokenFile, "token-file", "", "enrol with the account token in this file (read at each enrolment; default $MBX_RELAY_TOKEN)")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the relay status as JSON")
 	return cmd
 }
@@ -171,6 +183,9 @@ func printRelayStatus(w io.Writer, st api.RelayStatus) error {
 	case st.Stopped && st.KeyChange != nil:
 		line("state", fmt.Sprintf("STOPPED: the relay served key %s, not the pinned %s (at %s)", st.KeyChange.Served, st.KeyChange.Pinned, st.KeyChange.At))
 		line("fix", "if the relay really has a new key, confirm it: agentmbx relay set "+st.URL+" --key "+st.KeyChange.Served)
+	case enrolErr != "" && st.Token != nil:
+		line("state", "STOPPED: the relay refused the enrolment: "+enrolErr)
+		line("fix", "get a fresh account token into "+st.Token.Source+" for this host's key, then restart the daemon (agentmbx daemon)")
 	case enrolErr != "":
 		line("state", "STOPPED: the relay refused the enrolment: "+enrolErr)
 		line("fix", "ask the relay's operator to admit this host's key, then restart the daemon (agentmbx daemon)")
@@ -178,6 +193,10 @@ func printRelayStatus(w io.Writer, st api.RelayStatus) error {
 		line("state", "in use")
 	}
 	line("epoch", orDash(st.Epoch))
+	line("account", orDash(st.Account))
+	if st.Token != nil {
+		line("token", tokenLine(*st.Token))
+	}
 	if st.Enrolled {
 		line("enrolled", "yes, at "+st.EnrolledAt)
 	} else {
@@ -287,4 +306,22 @@ from a host that was not yet paired are taken as soon as it is.`,
 	addHomeFlag(cmd, &home)
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the items as a JSON array")
 	return cmd
+}
+
+// tokenLine describes the account token (never its value).
+func tokenLine(t api.RelayToken) string {
+	switch {
+	case t.Error != "":
+		return t.Source + ": UNUSABLE: " + t.Error
+	case t.Expired:
+		return t.Source + ": EXPIRED at " + t.Exp + " (the next enrolment needs a fresh one)"
+	}
+	s := t.Source
+	if t.Account != "" {
+		s += ", account " + t.Account
+	}
+	if t.Exp != "" {
+		s += ", expires " + t.Exp
+	}
+	return s
 }
