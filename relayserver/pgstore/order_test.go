@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/agentmbx/agentmbx/relayserver"
+	"github.com/agentmbx/agentmbx/relayserver/internal/storekit"
 	"github.com/agentmbx/agentmbx/relayserver/storetest"
 )
 
@@ -215,7 +216,7 @@ func (t earlySeqTx) InsertItem(it relayserver.Item) (int64, error) {
 	var seq int64
 	err := t.s.pool.QueryRow(ctx, `INSERT INTO seqs(target_pubkey, next_seq) VALUES($1, GREATEST($2::bigint, 1) + 1)
 ON CONFLICT(target_pubkey) DO UPDATE SET next_seq = GREATEST(seqs.next_seq, $2::bigint, 1) + 1
-RETURNING next_seq - 1`, it.Target, ms(it.AcceptedAt)).Scan(&seq)
+RETURNING next_seq - 1`, it.Target, storekit.MS(it.AcceptedAt)).Scan(&seq)
 	if err != nil {
 		return 0, err
 	}
@@ -227,6 +228,6 @@ RETURNING next_seq - 1`, it.Target, ms(it.AcceptedAt)).Scan(&seq)
 )
 INSERT INTO items(target_pubkey, seq, kind, item_id, sender_pubkey, wire_hash, bytes, accepted_at, expires_at, wire)
 VALUES($3, $5, $8, $2, $1, $4, $7, $6, $9, $10)`, it.Sender, it.ItemID, it.Target, it.WireHash, seq,
-		ms(it.AcceptedAt), int64(len(it.Wire)), string(it.Kind), ms(it.ExpiresAt), it.Wire)
+		storekit.MS(it.AcceptedAt), int64(len(it.Wire)), string(it.Kind), storekit.MS(it.ExpiresAt), it.Wire)
 	return seq, err
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/agentmbx/agentmbx/relayserver"
+	"github.com/agentmbx/agentmbx/relayserver/internal/storekit"
 )
 
 // Enrolment implements relayserver.Store.
@@ -19,22 +20,15 @@ func (s *Store) Enrolment(ctx context.Context, pubkey string) (relayserver.Enrol
 
 // EnrolmentsByName implements relayserver.Store.
 func (s *Store) EnrolmentsByName(ctx context.Context, name string, limit int) ([]relayserver.Enrolment, error) {
-	rows, err := s.pool.Query(ctx, "SELECT "+enrolmentCols+` FROM enrolments
+	rows, err := s.pool.Query(ctx, "SELECT "+storekit.EnrolmentCols+` FROM enrolments
 WHERE lower(host_name) = lower($1) AND revoked_at IS NULL ORDER BY enrolled_at, host_pubkey LIMIT $2`,
 		name, limit)
 	if err != nil {
 		return nil, fmt.Errorf("pgstore: enrolments by name: %w", err)
 	}
 	defer rows.Close()
-	var out []relayserver.Enrolment
-	for rows.Next() {
-		e, err := scanEnrolment(rows)
-		if err != nil {
-			return nil, fmt.Errorf("pgstore: enrolments by name: %w", err)
-		}
-		out = append(out, e)
-	}
-	if err := rows.Err(); err != nil {
+	out, err := storekit.ScanEnrolments(rows)
+	if err != nil {
 		return nil, fmt.Errorf("pgstore: enrolments by name: %w", err)
 	}
 	return out, nil
@@ -110,7 +104,7 @@ func (s *Store) Pull(ctx context.Context, target string, after int64, limit int,
 			continue // the empty page's head row
 		}
 		p.Items = append(p.Items, relayserver.Item{Target: target, Seq: *seq, Kind: relayserver.Kind(*kind),
-			ItemID: *id, Sender: *sender, WireHash: *hash, Wire: wire, AcceptedAt: fromMS(*acc), ExpiresAt: fromMS(*exp)})
+			ItemID: *id, Sender: *sender, WireHash: *hash, Wire: wire, AcceptedAt: storekit.FromMS(*acc), ExpiresAt: storekit.FromMS(*exp)})
 	}
 	if err := rows.Err(); err != nil {
 		return p, fmt.Errorf("pgstore: pull: %w", err)

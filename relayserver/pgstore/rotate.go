@@ -8,6 +8,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/agentmbx/agentmbx/relayserver"
+	"github.com/agentmbx/agentmbx/relayserver/internal/storekit"
 )
 
 // Rotate implements relayserver.Tx (its rules are on relayserver.Tx.Rotate). It holds both keys'
@@ -25,7 +26,7 @@ func (t *tx) Rotate(r relayserver.Rotation) (relayserver.RotateResult, error) {
 	}
 	// Revoke the old key first so the new one can take its name inside the account.
 	if _, err := t.q.Exec(t.ctx, "UPDATE enrolments SET revoked_at = $1 WHERE host_pubkey = $2",
-		ms(r.At), r.OldPubkey); err != nil {
+		storekit.MS(r.At), r.OldPubkey); err != nil {
 		return res, fmt.Errorf("rotate: revoke: %w", err)
 	}
 	if err := t.PutEnrolment(nw); err != nil {
@@ -83,7 +84,7 @@ WHERE target_pubkey = $1 ORDER BY seq`, r.OldPubkey)
 	SELECT sender_pubkey, item_id, $2, wire_hash, cur.seq, accepted_at FROM dedup, cur
 	WHERE sender_pubkey = $3 AND item_id = $4 AND target_pubkey = $1
 )
-SELECT (SELECT seq FROM cur)`, r.OldPubkey, r.NewPubkey, x.sender, x.itemID, x.seq, ms(r.At)).Scan(&seq)
+SELECT (SELECT seq FROM cur)`, r.OldPubkey, r.NewPubkey, x.sender, x.itemID, x.seq, storekit.MS(r.At)).Scan(&seq)
 		if err != nil {
 			return 0, fmt.Errorf("move item: %w", err)
 		}

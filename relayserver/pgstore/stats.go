@@ -8,11 +8,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/agentmbx/agentmbx/relayserver"
-)
-
-var (
-	_ relayserver.QueueStatter   = (*Store)(nil)
-	_ relayserver.CommitReporter = (*Store)(nil)
+	"github.com/agentmbx/agentmbx/relayserver/internal/storekit"
 )
 
 // QueueStats implements relayserver.QueueStatter from one snapshot (a repeatable-read,
@@ -34,7 +30,7 @@ FROM usage WHERE sender_pubkey = ''`).Scan(&qs.Items, &qs.Bytes, &qs.Targets, &o
 				return err
 			}
 			if oldest != nil {
-				qs.OldestAcceptedAt = fromMS(*oldest)
+				qs.OldestAcceptedAt = storekit.FromMS(*oldest)
 			}
 			if topN <= 0 {
 				return nil
@@ -44,10 +40,8 @@ WHERE sender_pubkey = '' AND items > 0 ORDER BY items DESC, bytes DESC, target_p
 			if err != nil {
 				return err
 			}
-			qs.Top, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (relayserver.TargetDepth, error) {
-				var d relayserver.TargetDepth
-				return d, r.Scan(&d.Target, &d.Items, &d.Bytes)
-			})
+			defer rows.Close()
+			qs.Top, err = storekit.ScanDepths(rows)
 			return err
 		})
 	if err != nil {
@@ -59,9 +53,5 @@ WHERE sender_pubkey = '' AND items > 0 ORDER BY items DESC, bytes DESC, target_p
 // ReportCommits implements relayserver.CommitReporter: fn is told each group commit's units and
 // the time from the group's start to the end of its COMMIT.
 func (s *Store) ReportCommits(fn func(units int, took time.Duration)) {
-	if fn == nil {
-		s.w.report.Store(nil)
-		return
-	}
-	s.w.report.Store(&fn)
+	s.w.Report(fn)
 }

@@ -14,12 +14,19 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/agentmbx/agentmbx/relayserver"
+	"github.com/agentmbx/agentmbx/relayserver/internal/storekit"
 )
 
 // Advisory lock keys (pg_advisory_*): one namespace for this package.
 const (
 	lockMigrate int64 = 0x6d62785f6d696772 // "mbx_migr": one migration at a time
 	lockServing int64 = 0x6d62785f73727665 // "mbx_srve": held shared by every serving replica
+)
+
+// Failpoints of the writers (see package failpoint), named as in sqlitestore.
+const (
+	FailBeforeCommit = storekit.FailBeforeCommit // every unit of a group ran, before COMMIT
+	FailAfterCommit  = storekit.FailAfterCommit  // COMMIT returned, no caller told yet
 )
 
 // ErrUnsafeSettings is returned by Open when the server would acknowledge a commit before it is
@@ -47,6 +54,33 @@ type Options struct {
 	Logger *slog.Logger
 }
 
+// withDefaults is a copy of o (nil: the zero value) with every unset field at its default.
+func (o *Options) withDefaults() Options {
+	var d Options
+	if o != nil {
+		d = *o
+	}
+	if d.MaxGroup <= 0 {
+		d.MaxGroup = 512
+	}
+	if d.Writers <= 0 {
+		d.Writers = 2
+	}
+	if d.MaxConns <= 0 {
+		d.MaxConns = 16
+	}
+	if d.Recheck <= 0 {
+		d.Recheck = 5 * time.Second
+	}
+	if d.LockTimeout <= 0 {
+		d.LockTimeout = 30 * time.Second
+	}
+	if d.Logger == nil {
+		d.Logger = slog.New(slog.DiscardHandler)
+	}
+	return d
+}
+
 // Store is the PostgreSQL implementation of relayserver.Store. Any number of processes may open
 // the same database at once.
 type Store struct {
@@ -60,35 +94,18 @@ type Store struct {
 	closed bool
 }
 
-var _ relayserver.Store = (*Store)(nil)
+var (
+	_ relayserver.Store          = (*Store)(nil)
+	_ relayserver.QueueStatter   = (*Store)(nil)
+	_ relayserver.CommitReporter = (*Store)(nil)
+)
 
 // Open connects to the database at dbURL (a postgres:// URL or a key=value DSN), refuses settings
 // that could lose an acknowledged commit (ErrUnsafeSettings), and creates or migrates the schema
 // in one transaction: a database whose schema is newer than SchemaVersion is refused with
 // relayserver.ErrSchemaTooNew. Errors never carry the URL's password.
 func Open(ctx context.Context, dbURL string, opts *Options) (*Store, error) {
-	var o Options
-	if opts != nil {
-		o = *opts
-	}
-	if o.MaxGroup <= 0 {
-		o.MaxGroup = 512
-	}
-	if o.Writers <= 0 {
-		o.Writers = 2
-	}
-	if o.MaxConns <= 0 {
-		o.MaxConns = 16
-	}
-	if o.Recheck <= 0 {
-		o.Recheck = 5 * time.Second
-	}
-	if o.LockTimeout <= 0 {
-		o.LockTimeout = 30 * time.Second
-	}
-	if o.Logger == nil {
-		o.Logger = slog.New(slog.DiscardHandler)
-	}
+	o := opts.withDefaults()
 	cfg, err := pgxpool.ParseConfig(dbURL)
 	if err != nil {
 		// pgx's parse errors may quote the URL; say only what kind of thing is wrong.
@@ -164,7 +181,7 @@ type Stats struct {
 
 // Stats returns the store's write counters.
 func (s *Store) Stats() Stats {
-	return Stats{Commits: s.w.commits.Load(), Units: s.w.units.Load(), Retries: s.w.retries.Load()}
+	return Stats{Commits: s.w.Commits.Load(), Units: s.w.Units.Load(), Retries: s.w.retries.Load()}
 }
 
 // migrate creates or upgrades the schema in one transaction, under an advisory lock so replicas
@@ -224,18 +241,7 @@ func schemaVersion(ctx context.Context, q querier) (int, error) {
 	if !exists {
 		return 0, nil
 	}
-	v, err := getMeta(ctx, q, "schema_version")
-	if errors.Is(err, relayserver.ErrNotFound) {
-		return 0, errors.New("meta table without schema_version")
-	}
-	if err != nil {
-		return 0, err
-	}
-	ver, err := strconv.Atoi(v)
-	if err != nil || ver < 1 {
-		return 0, fmt.Errorf("bad schema_version %q", v)
-	}
-	return ver, nil
+	return storekit.SchemaVersion(getMeta(ctx, q, "schema_version"))
 }
 
 func getMeta(ctx context.Context, q querier, key string) (string, error) {
@@ -255,31 +261,13 @@ ON CONFLICT(key) DO UPDATE SET value = excluded.value`, key, value)
 
 // Meta implements relayserver.Store.
 func (s *Store) Meta(ctx context.Context) (relayserver.Meta, error) {
-	var m relayserver.Meta
 	rows, err := s.pool.Query(ctx, "SELECT key, value FROM meta")
 	if err != nil {
-		return m, fmt.Errorf("pgstore: meta: %w", err)
+		return relayserver.Meta{}, fmt.Errorf("pgstore: meta: %w", err)
 	}
 	defer rows.Close()
-	for rows.Next() {
-		var k, v string
-		if err := rows.Scan(&k, &v); err != nil {
-			return m, fmt.Errorf("pgstore: meta: %w", err)
-		}
-		switch k {
-		case "epoch":
-			m.Epoch = v
-		case "relay_pubkey":
-			m.RelayPubkey = v
-		case "schema_version":
-			m.SchemaVersion, _ = strconv.Atoi(v)
-		case "heartbeat":
-			if ms, err := strconv.ParseInt(v, 10, 64); err == nil {
-				m.Heartbeat = time.UnixMilli(ms).UTC()
-			}
-		}
-	}
-	if err := rows.Err(); err != nil {
+	m, err := storekit.ScanMeta(rows)
+	if err != nil {
 		return m, fmt.Errorf("pgstore: meta: %w", err)
 	}
 	return m, nil
@@ -297,8 +285,7 @@ func (s *Store) BindRelayKey(ctx context.Context, pubkey string) error {
 			return setMeta(ctx, tx, "relay_pubkey", pubkey)
 		}
 		if have != pubkey {
-			return fmt.Errorf("the database belongs to relay key %s, not %s: %w",
-				shortKey(have), shortKey(pubkey), relayserver.ErrRelayKeyMismatch)
+			return storekit.KeyMismatch("database", have, pubkey)
 		}
 		return nil
 	})
@@ -306,13 +293,6 @@ func (s *Store) BindRelayKey(ctx context.Context, pubkey string) error {
 		return fmt.Errorf("pgstore: bind relay key: %w", err)
 	}
 	return nil
-}
-
-func shortKey(pub string) string {
-	if len(pub) > 12 {
-		return pub[:12] + "…"
-	}
-	return pub
 }
 
 // RotateEpoch implements relayserver.Store. It refuses (relayserver.ErrLocked) while any relay

@@ -130,9 +130,9 @@ func runQueued(t *testing.T, s *Store, release chan struct{}, n int) []error {
 		}()
 	}
 	deadline := time.Now().Add(30 * time.Second)
-	for len(s.w.reqs) < n {
+	for s.w.queue.Len() < n {
 		if time.Now().After(deadline) {
-			t.Fatalf("only %d units queued, want %d", len(s.w.reqs), n)
+			t.Fatalf("only %d units queued, want %d", s.w.queue.Len(), n)
 		}
 		time.Sleep(time.Millisecond)
 	}
@@ -246,11 +246,11 @@ func TestBusyQueueDefersUnitWithoutHoldingTheGroup(t *testing.T) {
 	}
 	go insert(busy)
 	deadline := time.Now().Add(30 * time.Second)
-	for len(s.w.reqs) < 1 && time.Now().Before(deadline) {
+	for s.w.queue.Len() < 1 && time.Now().Before(deadline) {
 		time.Sleep(time.Millisecond)
 	}
 	go insert(storetest.Key(6))
-	for len(s.w.reqs) < 2 && time.Now().Before(deadline) {
+	for s.w.queue.Len() < 2 && time.Now().Before(deadline) {
 		time.Sleep(time.Millisecond)
 	}
 	close(release)

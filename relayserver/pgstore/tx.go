@@ -2,7 +2,6 @@ package pgstore
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
@@ -12,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/agentmbx/agentmbx/relayserver"
+	"github.com/agentmbx/agentmbx/relayserver/internal/storekit"
 )
 
 // tx is the relayserver.Tx of a writer: every call runs inside the open group transaction.
@@ -35,41 +35,6 @@ type tx struct {
 var errBusy = errors.New("a queue it needs is locked by another transaction")
 
 var errBroken = errors.New("transaction unusable after a failed rollback")
-
-func ms(t time.Time) int64 {
-	if t.IsZero() {
-		return 0
-	}
-	return t.UnixMilli()
-}
-
-func fromMS(v int64) time.Time {
-	if v == 0 {
-		return time.Time{}
-	}
-	return time.UnixMilli(v).UTC()
-}
-
-func fromNullMS(v *int64) time.Time {
-	if v == nil {
-		return time.Time{}
-	}
-	return fromMS(*v)
-}
-
-func nullStr(s string) any {
-	if s == "" {
-		return nil
-	}
-	return s
-}
-
-func nullMS(t time.Time) any {
-	if t.IsZero() {
-		return nil
-	}
-	return t.UnixMilli()
-}
 
 // Unit implements relayserver.Tx with a savepoint. A panic in fn fails the unit alone.
 func (t *tx) Unit(fn func(relayserver.Tx) error) (err error) {
@@ -207,23 +172,9 @@ func (t *tx) lock(keys ...string) error {
 	return nil
 }
 
-const enrolmentCols = `host_pubkey, host_name, owner_fp, COALESCE(account, ''), org, authorized_by,
-	authority_rank, enrolled_at, COALESCE(revoked_at, 0)`
-
-func scanEnrolment(r pgx.Row) (relayserver.Enrolment, error) {
-	var e relayserver.Enrolment
-	var enrolled, revoked int64
-	err := r.Scan(&e.HostPubkey, &e.HostName, &e.OwnerFP, &e.Account, &e.Org, &e.AuthorizedBy,
-		&e.AuthorityRank, &enrolled, &revoked)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return e, relayserver.ErrNotFound
-	}
-	e.EnrolledAt, e.RevokedAt = fromMS(enrolled), fromMS(revoked)
-	return e, err
-}
-
 func getEnrolment(ctx context.Context, q querier, pubkey string) (relayserver.Enrolment, error) {
-	e, err := scanEnrolment(q.QueryRow(ctx, "SELECT "+enrolmentCols+" FROM enrolments WHERE host_pubkey = $1", pubkey))
+	e, err := storekit.ScanEnrolment(q.QueryRow(ctx, "SELECT "+storekit.EnrolmentCols+" FROM enrolments WHERE host_pubkey = $1", pubkey),
+		pgx.ErrNoRows)
 	if err != nil && !errors.Is(err, relayserver.ErrNotFound) {
 		return e, fmt.Errorf("enrolment: %w", err)
 	}
@@ -244,8 +195,8 @@ ON CONFLICT(host_pubkey) DO UPDATE SET host_name = excluded.host_name, owner_fp 
 	account = excluded.account, org = excluded.org, authorized_by = excluded.authorized_by,
 	authority_rank = excluded.authority_rank, enrolled_at = excluded.enrolled_at,
 	revoked_at = COALESCE(enrolments.revoked_at, excluded.revoked_at)`,
-			e.HostPubkey, e.HostName, e.OwnerFP, nullStr(e.Account), e.Org, e.AuthorizedBy,
-			e.AuthorityRank, ms(e.EnrolledAt), nullMS(e.RevokedAt))
+			e.HostPubkey, e.HostName, e.OwnerFP, storekit.NullStr(e.Account), e.Org, e.AuthorizedBy,
+			e.AuthorityRank, storekit.MS(e.EnrolledAt), storekit.NullMS(e.RevokedAt))
 		return err
 	})
 	if isUnique(err) {
@@ -270,7 +221,7 @@ func (t *tx) PutEncAd(ad relayserver.EncAd) error {
 INSERT INTO enc_ads(host_pubkey, enc_pub, sig, at, ad, ad_sig) VALUES($1, $2, $3, $4, $5, $6)
 ON CONFLICT(host_pubkey) DO UPDATE SET enc_pub = excluded.enc_pub, sig = excluded.sig,
 	at = excluded.at, ad = excluded.ad, ad_sig = excluded.ad_sig`,
-		ad.HostPubkey, ad.EncPub, ad.V1Sig, ms(ad.At), ad.Ad, ad.AdSig)
+		ad.HostPubkey, ad.EncPub, ad.V1Sig, storekit.MS(ad.At), ad.Ad, ad.AdSig)
 	if err != nil {
 		return fmt.Errorf("put enc ad: %w", err)
 	}
@@ -280,37 +231,13 @@ ON CONFLICT(host_pubkey) DO UPDATE SET enc_pub = excluded.enc_pub, sig = exclude
 func (t *tx) EncAd(pubkey string) (relayserver.EncAd, error) { return getEncAd(t.ctx, t.q, pubkey) }
 
 func getEncAd(ctx context.Context, q querier, pubkey string) (relayserver.EncAd, error) {
-	ad := relayserver.EncAd{HostPubkey: pubkey}
-	var at int64
-	err := q.QueryRow(ctx, "SELECT enc_pub, sig, at, ad, ad_sig FROM enc_ads WHERE host_pubkey = $1", pubkey).
-		Scan(&ad.EncPub, &ad.V1Sig, &at, &ad.Ad, &ad.AdSig)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return ad, relayserver.ErrNotFound
-	}
-	if err != nil {
-		return ad, fmt.Errorf("enc ad: %w", err)
-	}
-	ad.At = fromMS(at)
-	return ad, nil
+	return storekit.ScanEncAd(q.QueryRow(ctx, "SELECT enc_pub, sig, at, ad, ad_sig FROM enc_ads WHERE host_pubkey = $1",
+		pubkey), pgx.ErrNoRows, pubkey)
 }
 
 func getSenderList(ctx context.Context, q querier, target string) (relayserver.SenderList, error) {
-	l := relayserver.SenderList{TargetPubkey: target}
-	var senders string
-	var iat int64
-	err := q.QueryRow(ctx, "SELECT senders, iat, record, sig FROM sender_lists WHERE target_pubkey = $1", target).
-		Scan(&senders, &iat, &l.Record, &l.Sig)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return l, relayserver.ErrNotFound
-	}
-	if err != nil {
-		return l, fmt.Errorf("sender list: %w", err)
-	}
-	if err := json.Unmarshal([]byte(senders), &l.Senders); err != nil {
-		return l, fmt.Errorf("sender list: stored senders: %w", err)
-	}
-	l.IAT = fromMS(iat)
-	return l, nil
+	return storekit.ScanSenderList(q.QueryRow(ctx,
+		"SELECT senders, iat, record, sig FROM sender_lists WHERE target_pubkey = $1", target), pgx.ErrNoRows, target)
 }
 
 func (t *tx) SenderList(target string) (relayserver.SenderList, error) {
@@ -318,13 +245,9 @@ func (t *tx) SenderList(target string) (relayserver.SenderList, error) {
 }
 
 func (t *tx) PutSenderList(l relayserver.SenderList) error {
-	senders := l.Senders
-	if senders == nil {
-		senders = []string{}
-	}
-	js, err := json.Marshal(senders)
+	senders, js, err := storekit.Senders(l)
 	if err != nil {
-		return fmt.Errorf("put sender list: %w", err)
+		return err
 	}
 	record := l.Record
 	if record == nil {
@@ -333,7 +256,7 @@ func (t *tx) PutSenderList(l relayserver.SenderList) error {
 	b := &pgx.Batch{}
 	b.Queue(`INSERT INTO sender_lists(target_pubkey, senders, iat, record, sig) VALUES($1, $2, $3, $4, $5)
 ON CONFLICT(target_pubkey) DO UPDATE SET senders = excluded.senders, iat = excluded.iat,
-	record = excluded.record, sig = excluded.sig`, l.TargetPubkey, string(js), ms(l.IAT), record, l.Sig)
+	record = excluded.record, sig = excluded.sig`, l.TargetPubkey, js, storekit.MS(l.IAT), record, l.Sig)
 	b.Queue("DELETE FROM sender_list_members WHERE target_pubkey = $1", l.TargetPubkey)
 	b.Queue(`INSERT INTO sender_list_members(target_pubkey, sender_pubkey)
 SELECT $1, s FROM unnest($2::text[]) AS s ON CONFLICT DO NOTHING`, l.TargetPubkey, senders)
@@ -380,14 +303,14 @@ LEFT JOIN usage us ON us.target_pubkey = $1 AND us.sender_pubkey = $2`, target, 
 	}
 	if hash != nil {
 		a.Duplicate = true
-		a.Dedup.WireHash, a.Dedup.Seq, a.Dedup.AcceptedAt = *hash, *seq, fromMS(*at)
+		a.Dedup.WireHash, a.Dedup.Seq, a.Dedup.AcceptedAt = *hash, *seq, storekit.FromMS(*at)
 	}
 	if pub == nil {
 		return a, nil
 	}
 	a.Enrolled = true
 	a.Target = relayserver.Enrolment{HostPubkey: *pub, HostName: *name, OwnerFP: *owner, Org: *org,
-		AuthorizedBy: *authBy, AuthorityRank: *rank, EnrolledAt: fromMS(*enrolled), RevokedAt: fromNullMS(revoked)}
+		AuthorizedBy: *authBy, AuthorityRank: *rank, EnrolledAt: storekit.FromMS(*enrolled), RevokedAt: storekit.FromNullMS(revoked)}
 	if account != nil {
 		a.Target.Account = *account
 		err := t.lockThen(accountLock(*account), accountUsageSQL, *account).Scan(&a.Account.Items, &a.Account.Bytes)
@@ -400,18 +323,9 @@ LEFT JOIN usage us ON us.target_pubkey = $1 AND us.sender_pubkey = $2`, target, 
 
 func (t *tx) Dedup(sender, itemID, target string) (relayserver.Dedup, error) {
 	d := relayserver.Dedup{Sender: sender, ItemID: itemID, Target: target}
-	var at int64
-	err := t.q.QueryRow(t.ctx, `SELECT wire_hash, seq, accepted_at FROM dedup
-WHERE sender_pubkey = $1 AND item_id = $2 AND target_pubkey = $3`, sender, itemID, target).
-		Scan(&d.WireHash, &d.Seq, &at)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return d, relayserver.ErrNotFound
-	}
-	if err != nil {
-		return d, fmt.Errorf("dedup: %w", err)
-	}
-	d.AcceptedAt = fromMS(at)
-	return d, nil
+	return storekit.ScanDedup(t.q.QueryRow(t.ctx, `SELECT wire_hash, seq, accepted_at FROM dedup
+WHERE sender_pubkey = $1 AND item_id = $2 AND target_pubkey = $3`, sender, itemID, target),
+		pgx.ErrNoRows, d, func(p *string) any { return p })
 }
 
 func (t *tx) Usage(target, sender string) (relayserver.Usage, error) {
@@ -473,7 +387,7 @@ func (t *tx) InsertItem(it relayserver.Item) (int64, error) {
 		wire = []byte{}
 	}
 	err := t.lockThen(queueLock(it.Target), insertSQL, it.Sender, it.ItemID, it.Target, it.WireHash,
-		ms(it.AcceptedAt), string(it.Kind), int64(len(it.Wire)), ms(it.ExpiresAt), wire).Scan(&seq)
+		storekit.MS(it.AcceptedAt), string(it.Kind), int64(len(it.Wire)), storekit.MS(it.ExpiresAt), wire).Scan(&seq)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return 0, fmt.Errorf("insert item %s: %w", it.ItemID, relayserver.ErrDuplicate)
 	}
@@ -581,23 +495,13 @@ func (d *deleted) queue(b *pgx.Batch, target string) {
 func (t *tx) ExpiredItems(now time.Time, limit int) ([]relayserver.Item, error) {
 	rows, err := t.q.Query(t.ctx, `SELECT target_pubkey, seq, kind, item_id, sender_pubkey,
 	wire_hash, accepted_at, expires_at FROM items WHERE expires_at <= $1 ORDER BY expires_at LIMIT $2`,
-		ms(now), limit)
+		storekit.MS(now), limit)
 	if err != nil {
 		return nil, fmt.Errorf("expired items: %w", err)
 	}
 	defer rows.Close()
-	var out []relayserver.Item
-	for rows.Next() {
-		var it relayserver.Item
-		var kind string
-		var at, exp int64
-		if err := rows.Scan(&it.Target, &it.Seq, &kind, &it.ItemID, &it.Sender, &it.WireHash, &at, &exp); err != nil {
-			return nil, fmt.Errorf("expired items: %w", err)
-		}
-		it.Kind, it.AcceptedAt, it.ExpiresAt = relayserver.Kind(kind), fromMS(at), fromMS(exp)
-		out = append(out, it)
-	}
-	if err := rows.Err(); err != nil {
+	out, err := storekit.ScanItems(rows, func(p *string) any { return p })
+	if err != nil {
 		return nil, fmt.Errorf("expired items: %w", err)
 	}
 	return out, nil
@@ -629,7 +533,7 @@ func (t *tx) PruneDedup(acceptedBefore time.Time, limit int) (int64, error) {
 	SELECT d.sender_pubkey, d.item_id, d.target_pubkey FROM dedup d
 	WHERE d.accepted_at <= $1 AND NOT EXISTS(SELECT 1 FROM items i
 		WHERE i.target_pubkey = d.target_pubkey AND i.seq = d.seq)
-	ORDER BY d.accepted_at LIMIT $2)`, ms(acceptedBefore), limit)
+	ORDER BY d.accepted_at LIMIT $2)`, storekit.MS(acceptedBefore), limit)
 	if err != nil {
 		return 0, fmt.Errorf("prune dedup: %w", err)
 	}

@@ -14,14 +14,7 @@ import (
 
 	"github.com/agentmbx/agentmbx/internal/failpoint"
 	"github.com/agentmbx/agentmbx/relayserver"
-)
-
-// Failpoints of the writer (see package failpoint).
-const (
-	// FailBeforeCommit fires after every unit of a group ran, before COMMIT.
-	FailBeforeCommit = "relay.before-commit"
-	// FailAfterCommit fires right after COMMIT returned, before any caller is told.
-	FailAfterCommit = "relay.after-commit"
+	"github.com/agentmbx/agentmbx/relayserver/internal/storekit"
 )
 
 // notifyChannel is the LISTEN/NOTIFY channel that carries the target keys of committed items.
@@ -34,15 +27,6 @@ const maxRetries = 8
 // of holding them forever.
 const groupTimeout = 2 * time.Minute
 
-// writeReq is one caller's unit waiting for a writer.
-type writeReq struct {
-	ctx   context.Context
-	fn    func(relayserver.Tx) error
-	err   error
-	tries int
-	done  chan struct{}
-}
-
 // writer runs Options.Writers goroutines. Each takes the first waiting unit, opens a transaction
 // on a pooled connection, runs that unit and every unit already queued (up to maxGroup) each in a
 // savepoint of its own, and commits once. Only the first unit of a group waits for a queue lock:
@@ -52,125 +36,70 @@ type writeReq struct {
 type writer struct {
 	pool     *pgxpool.Pool
 	maxGroup int
-	reqs     chan *writeReq
-	quit     chan struct{}
+	queue    *storekit.Queue
 	wg       sync.WaitGroup
-	stopped  chan struct{}
-	stopOnce sync.Once
 
 	// beforeCommit, when set (tests), runs before COMMIT with the group size; an error fails the
 	// commit.
 	beforeCommit func(n int) error
 
-	commits, units, retries atomic.Int64
-	// report, when set (ReportCommits), is told each commit's units and duration.
-	report atomic.Pointer[func(units int, took time.Duration)]
+	storekit.Counters
+	retries atomic.Int64
 }
 
 func newWriter(pool *pgxpool.Pool, o Options) *writer {
-	w := &writer{pool: pool, maxGroup: o.MaxGroup, reqs: make(chan *writeReq, 4096),
-		quit: make(chan struct{}), stopped: make(chan struct{})}
+	w := &writer{pool: pool, maxGroup: o.MaxGroup, queue: storekit.NewQueue(4096)}
 	for range o.Writers {
 		w.wg.Add(1)
 		go w.run()
 	}
-	go func() { w.wg.Wait(); w.failQueued(); close(w.stopped) }()
+	go func() { w.wg.Wait(); w.queue.Stopped() }()
 	return w
 }
 
 func (w *writer) submit(ctx context.Context, fn func(relayserver.Tx) error) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	select {
-	case <-w.quit:
-		return relayserver.ErrClosed
-	default:
-	}
-	r := &writeReq{ctx: ctx, fn: fn, done: make(chan struct{})}
-	select {
-	case w.reqs <- r:
-	case <-w.quit:
-		return relayserver.ErrClosed
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-	select {
-	case <-r.done:
-		return r.err
-	case <-w.stopped:
-		select {
-		case <-r.done:
-			return r.err
-		default:
-			return relayserver.ErrClosed
-		}
-	case <-ctx.Done():
-		// The unit may still commit; the caller only stops waiting. Its client retries, and
-		// dedup turns the retry into a duplicate.
-		return fmt.Errorf("waiting for commit: %w", ctx.Err())
-	}
+	return w.queue.Submit(ctx, fn)
 }
 
-func (w *writer) stop() {
-	w.stopOnce.Do(func() { close(w.quit) })
-	<-w.stopped
-}
+func (w *writer) stop() { w.queue.Stop() }
 
 func (w *writer) run() {
 	defer w.wg.Done()
 	// pending holds this writer's units that could not take a queue lock in a group and wait
 	// for the next one, which starts with them: the first unit of a group may wait for a lock.
-	var pending []*writeReq
+	var pending []*storekit.Request
 	for {
-		var first *writeReq
+		var first *storekit.Request
 		if len(pending) > 0 {
 			first, pending = pending[0], pending[1:]
-		} else {
-			select {
-			case first = <-w.reqs:
-			case <-w.quit:
-				return
-			}
-		}
-		pending = w.group(first, pending)
-	}
-}
-
-// failQueued answers every unit still queued at shutdown.
-func (w *writer) failQueued() {
-	for {
-		select {
-		case r := <-w.reqs:
-			r.err = relayserver.ErrClosed
-			close(r.done)
-		default:
+		} else if first = w.queue.Wait(); first == nil {
 			return
 		}
+		pending = w.group(first, pending)
 	}
 }
 
 // group runs one transaction: first (which may wait for its locks), then this writer's pending
 // units and whatever else is queued (which may not: one that meets a lock held by another
 // transaction is rolled back and deferred). It returns the units deferred to the next group.
-func (w *writer) group(first *writeReq, pending []*writeReq) (deferred []*writeReq) {
+func (w *writer) group(first *storekit.Request, pending []*storekit.Request) (deferred []*storekit.Request) {
 	start := time.Now()
 	ctx, cancel := context.WithTimeout(context.Background(), groupTimeout)
 	defer cancel()
 	conn, err := w.pool.Acquire(ctx)
 	if err != nil {
-		w.finish(append([]*writeReq{first}, pending...), fmt.Errorf("connect: %v: %w", err, relayserver.ErrCommit))
+		storekit.Fail(append([]*storekit.Request{first}, pending...), fmt.Errorf("connect: %v: %w", err, relayserver.ErrCommit))
 		return nil
 	}
 	defer conn.Release()
 	pt, err := conn.Begin(ctx)
 	if err != nil {
-		w.finish(append([]*writeReq{first}, pending...), fmt.Errorf("begin: %v: %w", err, relayserver.ErrCommit))
+		storekit.Fail(append([]*storekit.Request{first}, pending...), fmt.Errorf("begin: %v: %w", err, relayserver.ErrCommit))
 		return nil
 	}
 	t := &tx{ctx: ctx, q: pt, wait: true, held: map[string]int{}}
-	var batch []*writeReq
-	runOne := func(r *writeReq) {
+	var batch []*storekit.Request
+	runOne := func(r *storekit.Request) {
 		switch w.runUnit(t, r) {
 		case outcomeDone:
 			batch = append(batch, r)
@@ -181,14 +110,11 @@ func (w *writer) group(first *writeReq, pending []*writeReq) (deferred []*writeR
 	runOne(first)
 	t.wait = false
 	for t.broken == nil && len(batch)+len(deferred) < w.maxGroup {
-		var r *writeReq
+		var r *storekit.Request
 		if len(pending) > 0 {
 			r, pending = pending[0], pending[1:]
 		} else {
-			select {
-			case r = <-w.reqs:
-			default:
-			}
+			r = w.queue.Next()
 		}
 		if r == nil {
 			break
@@ -198,7 +124,7 @@ func (w *writer) group(first *writeReq, pending []*writeReq) (deferred []*writeR
 	deferred = append(deferred, pending...)
 	if t.broken != nil {
 		_ = pt.Rollback(context.Background())
-		w.finish(batch, fmt.Errorf("%v: %w", t.broken, relayserver.ErrCommit))
+		storekit.Fail(batch, fmt.Errorf("%v: %w", t.broken, relayserver.ErrCommit))
 		return deferred
 	}
 	if len(batch) == 0 {
@@ -206,17 +132,10 @@ func (w *writer) group(first *writeReq, pending []*writeReq) (deferred []*writeR
 		return deferred
 	}
 	if err := w.commit(ctx, pt, t, len(batch)); err != nil {
-		w.finish(batch, err)
+		storekit.Fail(batch, err)
 		return deferred
 	}
-	w.commits.Add(1)
-	w.units.Add(int64(len(batch)))
-	if f := w.report.Load(); f != nil {
-		(*f)(len(batch), time.Since(start))
-	}
-	for _, r := range batch {
-		close(r.done)
-	}
+	w.Committed(batch, start)
 	return deferred
 }
 
@@ -231,7 +150,7 @@ func (w *writer) commit(ctx context.Context, pt pgx.Tx, t *tx, n int) error {
 			return fmt.Errorf("notify: %v: %w", err, relayserver.ErrCommit)
 		}
 	}
-	err := failpoint.Inject(FailBeforeCommit)
+	err := failpoint.Inject(storekit.FailBeforeCommit)
 	if err == nil && w.beforeCommit != nil {
 		err = w.beforeCommit(n)
 	}
@@ -257,7 +176,7 @@ func (w *writer) commit(ctx context.Context, pt pgx.Tx, t *tx, n int) error {
 			return fmt.Errorf("commit: %v: %w", err, relayserver.ErrCommit)
 		}
 	}
-	_ = failpoint.Inject(FailAfterCommit)
+	_ = failpoint.Inject(storekit.FailAfterCommit)
 	return nil
 }
 
@@ -294,19 +213,11 @@ func (w *writer) resolve(xid int64) (bool, error) {
 	}
 }
 
-// finish fails every unit of a group whose transaction did not commit.
-func (w *writer) finish(batch []*writeReq, err error) {
-	for _, r := range batch {
-		r.err = err
-		close(r.done)
-	}
-}
-
 // A unit's outcome in a group.
 type outcome int
 
 const (
-	outcomeDone  outcome = iota // ran (its own error, if any, is in r.err): answered with the group
+	outcomeDone  outcome = iota // ran (its own error, if any, is in r.Err): answered with the group
 	outcomeDefer                // lost a lock: rolled back, runs again in a later group
 	outcomeGone                 // answered already (gave up)
 )
@@ -314,31 +225,31 @@ const (
 // runUnit runs one caller's unit in a savepoint and records its own error. A unit that met a
 // queue lock held elsewhere, lost a deadlock or timed out on a lock is deferred; after
 // maxRetries of the latter two it fails.
-func (w *writer) runUnit(t *tx, r *writeReq) outcome {
-	if err := r.ctx.Err(); err != nil {
-		r.err = err
+func (w *writer) runUnit(t *tx, r *storekit.Request) outcome {
+	if err := r.Ctx.Err(); err != nil {
+		r.Err = err
 		return outcomeDone
 	}
-	r.err = t.Unit(r.fn)
-	if r.err == nil || t.broken != nil {
+	r.Err = t.Unit(r.Fn)
+	if r.Err == nil || t.broken != nil {
 		return outcomeDone
 	}
-	if errors.Is(r.err, errBusy) {
-		r.err = nil
+	if errors.Is(r.Err, errBusy) {
+		r.Err = nil
 		w.retries.Add(1)
 		return outcomeDefer
 	}
-	if !lostLock(r.err) {
+	if !lostLock(r.Err) {
 		return outcomeDone
 	}
-	r.tries++
+	r.Tries++
 	w.retries.Add(1)
-	if r.tries > maxRetries {
-		r.err = fmt.Errorf("gave up after %d lock conflicts: %w", maxRetries, r.err)
-		close(r.done)
+	if r.Tries > maxRetries {
+		r.Err = fmt.Errorf("gave up after %d lock conflicts: %w", maxRetries, r.Err)
+		r.Answer()
 		return outcomeGone
 	}
-	r.err = nil
+	r.Err = nil
 	return outcomeDefer
 }
 

@@ -17,6 +17,7 @@ import (
 
 	"github.com/agentmbx/agentmbx/mbx"
 	"github.com/agentmbx/agentmbx/relayserver"
+	"github.com/agentmbx/agentmbx/relayserver/internal/storekit"
 )
 
 // Backup writes a consistent copy of the store in dir to dest with VACUUM INTO, SQLite's online
@@ -162,7 +163,7 @@ func Restore(ctx context.Context, dir, src string, opts *RestoreOptions) (Restor
 		for _, have := range []string{cur.RelayPubkey, keyFilePubkey(dir)} {
 			if have != "" && have != bm.RelayPubkey {
 				return fail(fmt.Errorf("the backup belongs to relay key %s, this store to %s (--force restores it anyway): %w",
-					shortKey(bm.RelayPubkey), shortKey(have), relayserver.ErrRelayKeyMismatch))
+					storekit.ShortKey(bm.RelayPubkey), storekit.ShortKey(have), relayserver.ErrRelayKeyMismatch))
 			}
 		}
 	}

@@ -119,6 +119,9 @@ func packHash(h string) any {
 // hashCol scans a stored wire hash back into its text.
 type hashCol struct{ s *string }
 
+// scanHash is the scan destination of a wire_hash column (for storekit's row readers).
+func scanHash(s *string) any { return hashCol{s} }
+
 func (h hashCol) Scan(v any) error {
 	switch x := v.(type) {
 	case nil:

@@ -7,6 +7,7 @@ import (
 	"sync"
 
 	"github.com/agentmbx/agentmbx/relayserver"
+	"github.com/agentmbx/agentmbx/relayserver/internal/storekit"
 )
 
 // Enrolment implements relayserver.Store.
@@ -20,22 +21,15 @@ func (s *Store) Enrolment(ctx context.Context, pubkey string) (relayserver.Enrol
 
 // EnrolmentsByName implements relayserver.Store.
 func (s *Store) EnrolmentsByName(ctx context.Context, name string, limit int) ([]relayserver.Enrolment, error) {
-	rows, err := s.rq.QueryContext(ctx, "SELECT "+enrolmentCols+` FROM enrolments
+	rows, err := s.rq.QueryContext(ctx, "SELECT "+storekit.EnrolmentCols+` FROM enrolments
 WHERE host_name = ? COLLATE NOCASE AND revoked_at IS NULL ORDER BY enrolled_at, host_pubkey LIMIT ?`,
 		name, limit)
 	if err != nil {
 		return nil, fmt.Errorf("sqlitestore: enrolments by name: %w", err)
 	}
 	defer rows.Close()
-	var out []relayserver.Enrolment
-	for rows.Next() {
-		e, err := scanEnrolment(rows)
-		if err != nil {
-			return nil, fmt.Errorf("sqlitestore: enrolments by name: %w", err)
-		}
-		out = append(out, e)
-	}
-	if err := rows.Err(); err != nil {
+	out, err := storekit.ScanEnrolments(rows)
+	if err != nil {
 		return nil, fmt.Errorf("sqlitestore: enrolments by name: %w", err)
 	}
 	return out, nil
@@ -116,7 +110,7 @@ func (s *Store) pull(ctx context.Context, target string, after int64, limit int,
 			return p, err
 		}
 		it.Kind = relayserver.Kind(kind)
-		it.AcceptedAt, it.ExpiresAt = fromMS(acc), fromMS(exp)
+		it.AcceptedAt, it.ExpiresAt = storekit.FromMS(acc), storekit.FromMS(exp)
 		if p.Items == nil {
 			p.Items = make([]relayserver.Item, 0, min(limit, 512))
 		}

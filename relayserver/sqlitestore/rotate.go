@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/agentmbx/agentmbx/relayserver"
+	"github.com/agentmbx/agentmbx/relayserver/internal/storekit"
 )
 
 // Rotate implements relayserver.Tx. Every step runs in the caller's unit, so a failure anywhere
@@ -17,7 +18,7 @@ func (t *tx) Rotate(r relayserver.Rotation) (relayserver.RotateResult, error) {
 	}
 	// Revoke the old key first so the new one can take its name inside the account.
 	if _, err := t.q.ExecContext(bg, "UPDATE enrolments SET revoked_at = ? WHERE host_pubkey = ?",
-		ms(r.At), r.OldPubkey); err != nil {
+		storekit.MS(r.At), r.OldPubkey); err != nil {
 		return res, fmt.Errorf("rotate: revoke: %w", err)
 	}
 	if err := t.PutEnrolment(nw); err != nil {
@@ -72,7 +73,7 @@ WHERE sender = ? AND item_id = ? AND target = ?`, x.sender, x.itemID, newID).Sca
 			}
 			continue
 		}
-		seq, err := t.allocSeq(r.NewPubkey, ms(r.At))
+		seq, err := t.allocSeq(r.NewPubkey, storekit.MS(r.At))
 		if err != nil {
 			return res, fmt.Errorf("rotate: seq: %w", err)
 		}

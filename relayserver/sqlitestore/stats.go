@@ -9,11 +9,7 @@ import (
 	"time"
 
 	"github.com/agentmbx/agentmbx/relayserver"
-)
-
-var (
-	_ relayserver.QueueStatter   = (*Store)(nil)
-	_ relayserver.CommitReporter = (*Store)(nil)
+	"github.com/agentmbx/agentmbx/relayserver/internal/storekit"
 )
 
 // QueueStats implements relayserver.QueueStatter. It reads one snapshot: the totals and the
@@ -71,21 +67,11 @@ WHERE sender_pubkey = '' AND items > 0 ORDER BY items DESC, bytes DESC, target_p
 		return err
 	}
 	defer rows.Close()
-	for rows.Next() {
-		var d relayserver.TargetDepth
-		if err := rows.Scan(&d.Target, &d.Items, &d.Bytes); err != nil {
-			return err
-		}
-		qs.Top = append(qs.Top, d)
-	}
-	return rows.Err()
+	qs.Top, err = storekit.ScanDepths(rows)
+	return err
 }
 
 // ReportCommits implements relayserver.CommitReporter.
 func (s *Store) ReportCommits(fn func(units int, took time.Duration)) {
-	if fn == nil {
-		s.w.report.Store(nil)
-		return
-	}
-	s.w.report.Store(&fn)
+	s.w.Report(fn)
 }

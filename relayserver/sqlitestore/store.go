@@ -16,6 +16,7 @@ import (
 
 	"github.com/agentmbx/agentmbx/internal/fsutil"
 	"github.com/agentmbx/agentmbx/relayserver"
+	"github.com/agentmbx/agentmbx/relayserver/internal/storekit"
 	_ "modernc.org/sqlite" // the "sqlite" database/sql driver
 )
 
@@ -50,6 +51,36 @@ type Options struct {
 	FreeSpace func(dir string) (int64, bool)
 }
 
+// withDefaults is a copy of o (nil: the zero value) with every unset field at its default.
+func (o *Options) withDefaults() Options {
+	var d Options
+	if o != nil {
+		d = *o
+	}
+	if d.LockWait <= 0 {
+		d.LockWait = 5 * time.Second
+	}
+	if d.MaxGroup <= 0 {
+		d.MaxGroup = 512
+	}
+	if d.Rand == nil {
+		d.Rand = rand.Reader
+	}
+	if d.Logger == nil {
+		d.Logger = slog.New(slog.DiscardHandler)
+	}
+	if d.Readers <= 0 {
+		d.Readers = 4
+	}
+	if d.Ballast == 0 {
+		d.Ballast = DefaultBallast
+	}
+	if d.FreeSpace == nil {
+		d.FreeSpace = fsutil.FreeSpace
+	}
+	return d
+}
+
 // Store is the SQLite implementation of relayserver.Store: one database file in WAL mode with
 // synchronous=FULL, one writer goroutine that group-commits the units of concurrent callers, and
 // a pool of read connections that see only committed state.
@@ -67,7 +98,11 @@ type Store struct {
 	closed bool
 }
 
-var _ relayserver.Store = (*Store)(nil)
+var (
+	_ relayserver.Store          = (*Store)(nil)
+	_ relayserver.QueueStatter   = (*Store)(nil)
+	_ relayserver.CommitReporter = (*Store)(nil)
+)
 
 // Open opens (creating it when needed) the store in dir. It takes the directory's lock file
 // first: while another process holds it, Open retries for Options.LockWait and then fails with an
@@ -75,31 +110,7 @@ var _ relayserver.Store = (*Store)(nil)
 // refused with relayserver.ErrSchemaTooNew; an older one is migrated in one transaction that
 // keeps its epoch.
 func Open(ctx context.Context, dir string, opts *Options) (*Store, error) {
-	var o Options
-	if opts != nil {
-		o = *opts
-	}
-	if o.LockWait <= 0 {
-		o.LockWait = 5 * time.Second
-	}
-	if o.MaxGroup <= 0 {
-		o.MaxGroup = 512
-	}
-	if o.Rand == nil {
-		o.Rand = rand.Reader
-	}
-	if o.Logger == nil {
-		o.Logger = slog.New(slog.DiscardHandler)
-	}
-	if o.Readers <= 0 {
-		o.Readers = 4
-	}
-	if o.Ballast == 0 {
-		o.Ballast = DefaultBallast
-	}
-	if o.FreeSpace == nil {
-		o.FreeSpace = fsutil.FreeSpace
-	}
+	o := opts.withDefaults()
 	if err := prepareDir(dir, o.Logger); err != nil {
 		return nil, fmt.Errorf("sqlitestore: open %s: %w", dir, err)
 	}
@@ -195,7 +206,7 @@ type Stats struct {
 
 // Stats returns the store's write counters.
 func (s *Store) Stats() Stats {
-	return Stats{Commits: s.w.commits.Load(), Units: s.w.units.Load()}
+	return Stats{Commits: s.w.Commits.Load(), Units: s.w.Units.Load()}
 }
 
 // Update implements relayserver.Store.
@@ -281,18 +292,7 @@ func schemaVersion(ctx context.Context, q querier) (int, error) {
 	if n == 0 {
 		return 0, nil
 	}
-	v, err := getMeta(ctx, q, "schema_version")
-	if errors.Is(err, relayserver.ErrNotFound) {
-		return 0, fmt.Errorf("meta table without schema_version")
-	}
-	if err != nil {
-		return 0, err
-	}
-	ver, err := strconv.Atoi(v)
-	if err != nil || ver < 1 {
-		return 0, fmt.Errorf("bad schema_version %q", v)
-	}
-	return ver, nil
+	return storekit.SchemaVersion(getMeta(ctx, q, "schema_version"))
 }
 
 // querier is what *sql.DB, *sql.Conn and the writer's statement cache have in common.
@@ -331,31 +331,13 @@ func newEpoch(r io.Reader) (string, error) {
 
 // Meta implements relayserver.Store.
 func (s *Store) Meta(ctx context.Context) (relayserver.Meta, error) {
-	var m relayserver.Meta
 	rows, err := s.db.QueryContext(ctx, "SELECT key, value FROM meta")
 	if err != nil {
-		return m, fmt.Errorf("sqlitestore: meta: %w", err)
+		return relayserver.Meta{}, fmt.Errorf("sqlitestore: meta: %w", err)
 	}
 	defer rows.Close()
-	for rows.Next() {
-		var k, v string
-		if err := rows.Scan(&k, &v); err != nil {
-			return m, fmt.Errorf("sqlitestore: meta: %w", err)
-		}
-		switch k {
-		case "epoch":
-			m.Epoch = v
-		case "relay_pubkey":
-			m.RelayPubkey = v
-		case "schema_version":
-			m.SchemaVersion, _ = strconv.Atoi(v)
-		case "heartbeat":
-			if ms, err := strconv.ParseInt(v, 10, 64); err == nil {
-				m.Heartbeat = time.UnixMilli(ms).UTC()
-			}
-		}
-	}
-	if err := rows.Err(); err != nil {
+	m, err := storekit.ScanMeta(rows)
+	if err != nil {
 		return m, fmt.Errorf("sqlitestore: meta: %w", err)
 	}
 	return m, nil
@@ -372,9 +354,7 @@ func (s *Store) BindRelayKey(ctx context.Context, pubkey string) error {
 			return setMeta(ctx, s.w.q, "relay_pubkey", pubkey)
 		}
 		if have != pubkey {
-			// Public keys are not secret; the fingerprints help the operator find the right key.
-			return fmt.Errorf("the store belongs to relay key %s, not %s: %w",
-				shortKey(have), shortKey(pubkey), relayserver.ErrRelayKeyMismatch)
+			return storekit.KeyMismatch("store", have, pubkey)
 		}
 		return nil
 	})
@@ -382,14 +362,6 @@ func (s *Store) BindRelayKey(ctx context.Context, pubkey string) error {
 		return fmt.Errorf("sqlitestore: bind relay key: %w", err)
 	}
 	return nil
-}
-
-// shortKey abbreviates a public key for messages.
-func shortKey(pub string) string {
-	if len(pub) > 12 {
-		return pub[:12] + "…"
-	}
-	return pub
 }
 
 // RotateEpoch implements relayserver.Store.

@@ -197,9 +197,9 @@ func holdWriter(t *testing.T, s *Store, release chan struct{}) chan error {
 func waitQueued(t *testing.T, s *Store, n int) {
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
-	for len(s.w.reqs) < n {
+	for s.w.queue.Len() < n {
 		if time.Now().After(deadline) {
-			t.Fatalf("only %d units queued, want %d", len(s.w.reqs), n)
+			t.Fatalf("only %d units queued, want %d", s.w.queue.Len(), n)
 		}
 		time.Sleep(time.Millisecond)
 	}

@@ -3,7 +3,6 @@ package sqlitestore
 import (
 	"context"
 	"database/sql"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
@@ -11,6 +10,7 @@ import (
 	"time"
 
 	"github.com/agentmbx/agentmbx/relayserver"
+	"github.com/agentmbx/agentmbx/relayserver/internal/storekit"
 )
 
 // tx is the relayserver.Tx of the writer: every call runs on the writer connection inside the
@@ -27,34 +27,6 @@ type tx struct {
 }
 
 var bg = context.Background()
-
-func ms(t time.Time) int64 {
-	if t.IsZero() {
-		return 0
-	}
-	return t.UnixMilli()
-}
-
-func fromMS(v int64) time.Time {
-	if v == 0 {
-		return time.Time{}
-	}
-	return time.UnixMilli(v).UTC()
-}
-
-func nullStr(s string) any {
-	if s == "" {
-		return nil
-	}
-	return s
-}
-
-func nullMS(t time.Time) any {
-	if t.IsZero() {
-		return nil
-	}
-	return t.UnixMilli()
-}
 
 // savepoint is the SQL of the savepoint statements of one nesting depth. The writer's statement
 // cache prepares each once.
@@ -118,26 +90,9 @@ func (t *tx) call(fn func(relayserver.Tx) error) (err error) {
 	return fn(t)
 }
 
-const enrolmentCols = `host_pubkey, host_name, owner_fp, COALESCE(account, ''), org, authorized_by,
-	authority_rank, enrolled_at, COALESCE(revoked_at, 0)`
-
-type scanner interface{ Scan(dest ...any) error }
-
-func scanEnrolment(r scanner) (relayserver.Enrolment, error) {
-	var e relayserver.Enrolment
-	var enrolled, revoked int64
-	err := r.Scan(&e.HostPubkey, &e.HostName, &e.OwnerFP, &e.Account, &e.Org, &e.AuthorizedBy,
-		&e.AuthorityRank, &enrolled, &revoked)
-	if errors.Is(err, sql.ErrNoRows) {
-		return e, relayserver.ErrNotFound
-	}
-	e.EnrolledAt, e.RevokedAt = fromMS(enrolled), fromMS(revoked)
-	return e, err
-}
-
 func getEnrolment(ctx context.Context, q querier, pubkey string) (relayserver.Enrolment, error) {
-	return scanEnrolment(q.QueryRowContext(ctx,
-		"SELECT "+enrolmentCols+" FROM enrolments WHERE host_pubkey = ?", pubkey))
+	return storekit.ScanEnrolment(q.QueryRowContext(ctx,
+		"SELECT "+storekit.EnrolmentCols+" FROM enrolments WHERE host_pubkey = ?", pubkey), sql.ErrNoRows)
 }
 
 func (t *tx) Enrolment(pubkey string) (relayserver.Enrolment, error) {
@@ -157,8 +112,8 @@ ON CONFLICT(host_pubkey) DO UPDATE SET host_name = excluded.host_name, owner_fp 
 	account = excluded.account, org = excluded.org, authorized_by = excluded.authorized_by,
 	authority_rank = excluded.authority_rank, enrolled_at = excluded.enrolled_at,
 	revoked_at = COALESCE(enrolments.revoked_at, excluded.revoked_at)`,
-		e.HostPubkey, e.HostName, e.OwnerFP, nullStr(e.Account), e.Org, e.AuthorizedBy,
-		e.AuthorityRank, ms(e.EnrolledAt), nullMS(e.RevokedAt))
+		e.HostPubkey, e.HostName, e.OwnerFP, storekit.NullStr(e.Account), e.Org, e.AuthorizedBy,
+		e.AuthorityRank, storekit.MS(e.EnrolledAt), storekit.NullMS(e.RevokedAt))
 	if err != nil {
 		if isUnique(err) {
 			return fmt.Errorf("put enrolment %q: %w", e.HostName, relayserver.ErrNameTaken)
@@ -186,7 +141,7 @@ func (t *tx) PutEncAd(ad relayserver.EncAd) error {
 INSERT INTO enc_ads(host_pubkey, enc_pub, sig, at, ad, ad_sig) VALUES(?, ?, ?, ?, ?, ?)
 ON CONFLICT(host_pubkey) DO UPDATE SET enc_pub = excluded.enc_pub, sig = excluded.sig,
 	at = excluded.at, ad = excluded.ad, ad_sig = excluded.ad_sig`,
-		ad.HostPubkey, ad.EncPub, ad.V1Sig, ms(ad.At), ad.Ad, ad.AdSig)
+		ad.HostPubkey, ad.EncPub, ad.V1Sig, storekit.MS(ad.At), ad.Ad, ad.AdSig)
 	if err != nil {
 		return fmt.Errorf("put enc ad: %w", err)
 	}
@@ -196,39 +151,13 @@ ON CONFLICT(host_pubkey) DO UPDATE SET enc_pub = excluded.enc_pub, sig = exclude
 func (t *tx) EncAd(pubkey string) (relayserver.EncAd, error) { return getEncAd(bg, t.q, pubkey) }
 
 func getEncAd(ctx context.Context, q querier, pubkey string) (relayserver.EncAd, error) {
-	ad := relayserver.EncAd{HostPubkey: pubkey}
-	var at int64
-	err := q.QueryRowContext(ctx,
-		"SELECT enc_pub, sig, at, ad, ad_sig FROM enc_ads WHERE host_pubkey = ?", pubkey).
-		Scan(&ad.EncPub, &ad.V1Sig, &at, &ad.Ad, &ad.AdSig)
-	if errors.Is(err, sql.ErrNoRows) {
-		return ad, relayserver.ErrNotFound
-	}
-	if err != nil {
-		return ad, fmt.Errorf("enc ad: %w", err)
-	}
-	ad.At = fromMS(at)
-	return ad, nil
+	return storekit.ScanEncAd(q.QueryRowContext(ctx, "SELECT enc_pub, sig, at, ad, ad_sig FROM enc_ads WHERE host_pubkey = ?",
+		pubkey), sql.ErrNoRows, pubkey)
 }
 
 func getSenderList(ctx context.Context, q querier, target string) (relayserver.SenderList, error) {
-	l := relayserver.SenderList{TargetPubkey: target}
-	var senders string
-	var iat int64
-	err := q.QueryRowContext(ctx,
-		"SELECT senders, iat, record, sig FROM sender_lists WHERE target_pubkey = ?", target).
-		Scan(&senders, &iat, &l.Record, &l.Sig)
-	if errors.Is(err, sql.ErrNoRows) {
-		return l, relayserver.ErrNotFound
-	}
-	if err != nil {
-		return l, fmt.Errorf("sender list: %w", err)
-	}
-	if err := json.Unmarshal([]byte(senders), &l.Senders); err != nil {
-		return l, fmt.Errorf("sender list: stored senders: %w", err)
-	}
-	l.IAT = fromMS(iat)
-	return l, nil
+	return storekit.ScanSenderList(q.QueryRowContext(ctx,
+		"SELECT senders, iat, record, sig FROM sender_lists WHERE target_pubkey = ?", target), sql.ErrNoRows, target)
 }
 
 func (t *tx) SenderList(target string) (relayserver.SenderList, error) {
@@ -236,19 +165,15 @@ func (t *tx) SenderList(target string) (relayserver.SenderList, error) {
 }
 
 func (t *tx) PutSenderList(l relayserver.SenderList) error {
-	senders := l.Senders
-	if senders == nil {
-		senders = []string{}
-	}
-	js, err := json.Marshal(senders)
+	senders, js, err := storekit.Senders(l)
 	if err != nil {
-		return fmt.Errorf("put sender list: %w", err)
+		return err
 	}
 	if _, err := t.q.ExecContext(bg, `
 INSERT INTO sender_lists(target_pubkey, senders, iat, record, sig) VALUES(?, ?, ?, ?, ?)
 ON CONFLICT(target_pubkey) DO UPDATE SET senders = excluded.senders, iat = excluded.iat,
 	record = excluded.record, sig = excluded.sig`,
-		l.TargetPubkey, string(js), ms(l.IAT), l.Record, l.Sig); err != nil {
+		l.TargetPubkey, js, storekit.MS(l.IAT), l.Record, l.Sig); err != nil {
 		return fmt.Errorf("put sender list: %w", err)
 	}
 	if _, err := t.q.ExecContext(bg,
@@ -325,13 +250,13 @@ func (t *tx) Admission(sender, itemID, target string) (relayserver.Admission, er
 	}
 	if seq.Valid {
 		a.Duplicate = true
-		a.Dedup.WireHash, a.Dedup.Seq, a.Dedup.AcceptedAt = hashS, seq.Int64, fromMS(at.Int64)
+		a.Dedup.WireHash, a.Dedup.Seq, a.Dedup.AcceptedAt = hashS, seq.Int64, storekit.FromMS(at.Int64)
 	}
 	if pub.Valid {
 		a.Enrolled = true
 		a.Target = relayserver.Enrolment{HostPubkey: pub.String, HostName: name.String, OwnerFP: owner.String,
 			Account: account.String, Org: org.String, AuthorizedBy: authBy.String, AuthorityRank: int(rank.Int64),
-			EnrolledAt: fromMS(enrolled.Int64), RevokedAt: fromMS(revoked.Int64)}
+			EnrolledAt: storekit.FromMS(enrolled.Int64), RevokedAt: storekit.FromMS(revoked.Int64)}
 	}
 	a.Allowed = allowed == 1
 	return a, nil
@@ -347,18 +272,8 @@ func (t *tx) Dedup(sender, itemID, target string) (relayserver.Dedup, error) {
 	if err != nil {
 		return d, fmt.Errorf("dedup: %w", err)
 	}
-	var at int64
-	err = t.q.QueryRowContext(bg, `SELECT wire_hash, seq, accepted_at FROM dedup
-WHERE sender = ? AND item_id = ? AND target = ?`, sid, itemID, tid).
-		Scan(hashCol{&d.WireHash}, &d.Seq, &at)
-	if errors.Is(err, sql.ErrNoRows) {
-		return d, relayserver.ErrNotFound
-	}
-	if err != nil {
-		return d, fmt.Errorf("dedup: %w", err)
-	}
-	d.AcceptedAt = fromMS(at)
-	return d, nil
+	return storekit.ScanDedup(t.q.QueryRowContext(bg, `SELECT wire_hash, seq, accepted_at FROM dedup
+WHERE sender = ? AND item_id = ? AND target = ?`, sid, itemID, tid), sql.ErrNoRows, d, scanHash)
 }
 
 func (t *tx) Usage(target, sender string) (relayserver.Usage, error) {
@@ -430,7 +345,7 @@ func (t *tx) InsertItem(it relayserver.Item) (int64, error) {
 VALUES(?1, max(COALESCE((SELECT next_seq FROM seqs WHERE target_pubkey = ?11), 0), ?8, 1), ?3, ?4, ?5,
 	?6, ?7, ?8, ?9, ?10)
 RETURNING seq`, tid, nil, string(it.Kind), it.ItemID, sid, packHash(it.WireHash), int64(len(it.Wire)),
-		ms(it.AcceptedAt), ms(it.ExpiresAt), it.Wire, it.Target).Scan(&seq)
+		storekit.MS(it.AcceptedAt), storekit.MS(it.ExpiresAt), it.Wire, it.Target).Scan(&seq)
 	if isUnique(err) {
 		return 0, fmt.Errorf("insert item %s: %w", it.ItemID, relayserver.ErrDuplicate)
 	}
@@ -518,24 +433,13 @@ func (t *tx) ExpiredItems(now time.Time, limit int) ([]relayserver.Item, error) 
 	rows, err := t.q.QueryContext(bg, `SELECT kt.pubkey, i.seq, i.kind, i.item_id, ks.pubkey,
 	i.wire_hash, i.accepted_at, i.expires_at FROM items i
 JOIN keys kt ON kt.id = i.target JOIN keys ks ON ks.id = i.sender
-WHERE i.expires_at <= ? ORDER BY i.expires_at LIMIT ?`, ms(now), limit)
+WHERE i.expires_at <= ? ORDER BY i.expires_at LIMIT ?`, storekit.MS(now), limit)
 	if err != nil {
 		return nil, fmt.Errorf("expired items: %w", err)
 	}
 	defer rows.Close()
-	var out []relayserver.Item
-	for rows.Next() {
-		var it relayserver.Item
-		var kind string
-		var at, exp int64
-		if err := rows.Scan(&it.Target, &it.Seq, &kind, &it.ItemID, &it.Sender, hashCol{&it.WireHash},
-			&at, &exp); err != nil {
-			return nil, fmt.Errorf("expired items: %w", err)
-		}
-		it.Kind, it.AcceptedAt, it.ExpiresAt = relayserver.Kind(kind), fromMS(at), fromMS(exp)
-		out = append(out, it)
-	}
-	if err := rows.Err(); err != nil {
+	out, err := storekit.ScanItems(rows, scanHash)
+	if err != nil {
 		return nil, fmt.Errorf("expired items: %w", err)
 	}
 	return out, nil
@@ -570,7 +474,7 @@ func (t *tx) PruneDedup(acceptedBefore time.Time, limit int) (int64, error) {
 	r, err := t.q.ExecContext(bg, `DELETE FROM dedup WHERE (sender, item_id, target) IN (SELECT d.sender, d.item_id, d.target
 		FROM dedup d WHERE d.accepted_at <= ?1 AND NOT EXISTS(SELECT 1 FROM items i
 			WHERE i.target = d.target AND i.seq = d.seq)
-		ORDER BY d.accepted_at LIMIT ?2)`, ms(acceptedBefore), limit)
+		ORDER BY d.accepted_at LIMIT ?2)`, storekit.MS(acceptedBefore), limit)
 	if err != nil {
 		return 0, fmt.Errorf("prune dedup: %w", err)
 	}

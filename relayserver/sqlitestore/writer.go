@@ -6,53 +6,37 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/agentmbx/agentmbx/internal/failpoint"
 	"github.com/agentmbx/agentmbx/relayserver"
+	"github.com/agentmbx/agentmbx/relayserver/internal/storekit"
 )
 
-// Failpoints of the writer (see package failpoint).
+// FailBeforeCommit and FailAfterCommit are the writer's failpoints (see package failpoint): after
+// every unit of a group ran, before COMMIT; and right after COMMIT, before any caller is told.
 const (
-	// FailBeforeCommit fires after every unit of a group ran, before COMMIT.
-	FailBeforeCommit = "relay.before-commit"
-	// FailAfterCommit fires right after COMMIT returned, before any caller is told.
-	FailAfterCommit = "relay.after-commit"
+	FailBeforeCommit = storekit.FailBeforeCommit
+	FailAfterCommit  = storekit.FailAfterCommit
 )
-
-// writeReq is one caller's unit waiting for the writer.
-type writeReq struct {
-	ctx  context.Context
-	fn   func(relayserver.Tx) error
-	err  error
-	done chan struct{}
-}
 
 // writer owns the one write connection. It takes the first waiting unit, opens a transaction,
-// runs that unit and every unit that arrives while the group is open (up to maxGroup) each in its
-// own savepoint, then commits once and tells every caller of the group. While a commit's fsync
-// runs, new units queue up and form the next group, so under load one fsync carries many units.
+// runs that unit and every unit that arrives while the group is open (up to maxGroup), then
+// commits once and tells every caller of the group. While a commit's fsync runs, new units queue
+// up and form the next group, so under load one fsync carries many units.
 type writer struct {
 	conn     *sql.Conn
 	q        *stmtCache
 	maxGroup int
-	reqs     chan *writeReq
-	quit     chan struct{}
-	stopped  chan struct{}
-	stopOnce sync.Once
+	queue    *storekit.Queue
 
 	// beforeCommit, when set (tests), runs before COMMIT with the group size; an error fails the
 	// commit.
 	beforeCommit func(n int) error
 
-	commits, units atomic.Int64 // committed transactions and the units they carried
+	storekit.Counters
 
 	keys writerKeys // committed key ids (keyID)
-
-	// report, when set (ReportCommits), is told each commit's units and duration.
-	report atomic.Pointer[func(units int, took time.Duration)]
 }
 
 func newWriter(conn *sql.Conn, maxGroup int) *writer {
@@ -61,79 +45,24 @@ func newWriter(conn *sql.Conn, maxGroup int) *writer {
 		q:        &stmtCache{conn: conn, stmts: map[string]cachedStmt{}},
 		maxGroup: maxGroup,
 		keys:     writerKeys{ids: map[string]int64{}},
-		reqs:     make(chan *writeReq, 4096),
-		quit:     make(chan struct{}),
-		stopped:  make(chan struct{}),
+		queue:    storekit.NewQueue(4096),
 	}
 }
 
 func (w *writer) submit(ctx context.Context, fn func(relayserver.Tx) error) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	r := &writeReq{ctx: ctx, fn: fn, done: make(chan struct{})}
-	select {
-	case <-w.quit:
-		return relayserver.ErrClosed
-	default:
-	}
-	select {
-	case w.reqs <- r:
-	case <-w.quit:
-		return relayserver.ErrClosed
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-	select {
-	case <-r.done:
-		return r.err
-	case <-w.stopped:
-		select {
-		case <-r.done:
-			return r.err
-		default:
-			return relayserver.ErrClosed
-		}
-	case <-ctx.Done():
-		// The unit may still commit; the caller only stops waiting. Its client retries, and
-		// dedup turns the retry into a duplicate.
-		return fmt.Errorf("waiting for commit: %w", ctx.Err())
-	}
+	return w.queue.Submit(ctx, fn)
 }
 
-func (w *writer) stop() {
-	w.stopOnce.Do(func() { close(w.quit) })
-	<-w.stopped
-}
+func (w *writer) stop() { w.queue.Stop() }
 
 func (w *writer) run() {
 	defer func() {
 		w.q.close()
 		_ = w.conn.Close()
-		close(w.stopped)
+		w.queue.Stopped()
 	}()
-	for {
-		var first *writeReq
-		select {
-		case first = <-w.reqs:
-		case <-w.quit:
-			w.failQueued()
-			return
-		}
+	for first := w.queue.Wait(); first != nil; first = w.queue.Wait() {
 		w.group(first)
-	}
-}
-
-// failQueued answers every unit still queued at shutdown.
-func (w *writer) failQueued() {
-	for {
-		select {
-		case r := <-w.reqs:
-			r.err = relayserver.ErrClosed
-			close(r.done)
-		default:
-			return
-		}
 	}
 }
 
@@ -144,58 +73,40 @@ func (w *writer) failQueued() {
 // touches. When a unit fails after writing, the group's transaction is rolled back and run again
 // without it, each unit that had succeeded now in its own savepoint, as is every later unit of the
 // group. Units are re-runnable (the Store contract: pgstore re-runs units too).
-func (w *writer) group(first *writeReq) {
+func (w *writer) group(first *storekit.Request) {
 	start := time.Now()
-	batch := []*writeReq{first}
+	batch := []*storekit.Request{first}
 	t, err := w.begin(false)
 	if err != nil {
-		w.finish(batch, err)
+		storekit.Fail(batch, err)
 		return
 	}
 	broken := w.runUnit(t, first)
-	for broken == nil && len(batch) < w.maxGroup {
-		var r *writeReq
-		select {
-		case r = <-w.reqs:
-		default:
-		}
-		if r == nil {
-			break
-		}
-		batch = append(batch, r)
-		broken = w.runUnit(t, r)
+	if broken == nil {
+		batch, broken = w.more(t, batch)
 	}
 	for errors.Is(broken, errRedo) {
 		_, _ = w.q.ExecContext(bg, "ROLLBACK")
 		if t, err = w.begin(true); err != nil {
-			w.finish(batch, err)
+			storekit.Fail(batch, err)
 			return
 		}
 		broken = nil
 		for _, r := range batch[:len(batch)-1] {
-			if r.err == nil && broken == nil {
+			if r.Err == nil && broken == nil {
 				broken = w.runUnit(t, r)
 			}
 		}
-		for broken == nil && len(batch) < w.maxGroup {
-			var r *writeReq
-			select {
-			case r = <-w.reqs:
-			default:
-			}
-			if r == nil {
-				break
-			}
-			batch = append(batch, r)
-			broken = w.runUnit(t, r)
+		if broken == nil {
+			batch, broken = w.more(t, batch)
 		}
 	}
 	if broken != nil {
 		_, _ = w.q.ExecContext(bg, "ROLLBACK")
-		w.finish(batch, fmt.Errorf("%w: %w", broken, relayserver.ErrCommit))
+		storekit.Fail(batch, fmt.Errorf("%w: %w", broken, relayserver.ErrCommit))
 		return
 	}
-	err = failpoint.Inject(FailBeforeCommit)
+	err = failpoint.Inject(storekit.FailBeforeCommit)
 	if err == nil && w.beforeCommit != nil {
 		err = w.beforeCommit(len(batch))
 	}
@@ -204,18 +115,26 @@ func (w *writer) group(first *writeReq) {
 	}
 	if err != nil {
 		_, _ = w.q.ExecContext(bg, "ROLLBACK")
-		w.finish(batch, fmt.Errorf("commit: %w: %w", err, relayserver.ErrCommit))
+		storekit.Fail(batch, fmt.Errorf("commit: %w: %w", err, relayserver.ErrCommit))
 		return
 	}
-	_ = failpoint.Inject(FailAfterCommit)
-	w.commits.Add(1)
-	w.units.Add(int64(len(batch)))
-	if f := w.report.Load(); f != nil {
-		(*f)(len(batch), time.Since(start))
+	_ = failpoint.Inject(storekit.FailAfterCommit)
+	w.Committed(batch, start)
+}
+
+// more runs the units already queued in t, up to maxGroup, until one breaks the transaction.
+func (w *writer) more(t *tx, batch []*storekit.Request) ([]*storekit.Request, error) {
+	for len(batch) < w.maxGroup {
+		r := w.queue.Next()
+		if r == nil {
+			break
+		}
+		batch = append(batch, r)
+		if broken := w.runUnit(t, r); broken != nil {
+			return batch, broken
+		}
 	}
-	for _, r := range batch {
-		close(r.done)
-	}
+	return batch, nil
 }
 
 // begin opens the group's transaction; with savepoints every unit runs in one of its own.
@@ -226,29 +145,21 @@ func (w *writer) begin(savepoints bool) (*tx, error) {
 	return &tx{q: w.q, savepoints: savepoints, keys: &w.keys}, nil
 }
 
-// finish fails every unit of a group whose transaction did not commit.
-func (w *writer) finish(batch []*writeReq, err error) {
-	for _, r := range batch {
-		r.err = err
-		close(r.done)
-	}
-}
-
 // runUnit runs one caller's unit and records its own error. It returns non-nil only when the
 // transaction itself is no longer usable, or errRedo when the unit failed after writing outside a
 // savepoint.
-func (w *writer) runUnit(t *tx, r *writeReq) (broken error) {
-	if err := r.ctx.Err(); err != nil {
-		r.err = err
+func (w *writer) runUnit(t *tx, r *storekit.Request) (broken error) {
+	if err := r.Ctx.Err(); err != nil {
+		r.Err = err
 		return nil
 	}
 	if t.savepoints {
-		r.err = t.Unit(r.fn)
+		r.Err = t.Unit(r.Fn)
 		return t.broken
 	}
 	w.q.dirty = false
-	r.err = t.call(r.fn)
-	if r.err != nil && w.q.dirty && t.broken == nil {
+	r.Err = t.call(r.Fn)
+	if r.Err != nil && w.q.dirty && t.broken == nil {
 		return errRedo
 	}
 	return t.broken
