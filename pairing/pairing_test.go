@@ -41,6 +41,35 @@ func newPairRig(t *testing.T, inviter, joiner string) *pairRig {
 	return r
 }
 
+// invite starts a session on the inviter (ttl 0: DefaultTTL) and returns its token.
+func (r *pairRig) invite(t *testing.T, ttl time.Duration) string {
+	t.Helper()
+	token, err := r.inv.StartPairing(context.Background(), ttl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return token
+}
+
+// joined starts a session and joins it with the right token: both sides then wait for their
+// users' answers. It returns the token.
+func (r *pairRig) joined(ctx context.Context, t *testing.T) string {
+	t.Helper()
+	token := r.invite(t, 0)
+	if _, err := r.join.JoinPairing(ctx, r.addr, token); err != nil {
+		t.Fatal(err)
+	}
+	return token
+}
+
+// invited is the common start: alpha has invited beta. It returns the test's context, the rig
+// and the token.
+func invited(t *testing.T) (context.Context, *pairRig, string) {
+	t.Helper()
+	r := newPairRig(t, "alpha", "beta")
+	return pairCtx(t), r, r.invite(t, 0)
+}
+
 func pairCtx(t *testing.T) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	t.Cleanup(cancel)
@@ -178,10 +207,7 @@ func TestPairBothWays(t *testing.T) {
 			t.Parallel()
 			ctx := pairCtx(t)
 			r := newPairRig(t, c.inviter, c.joiner)
-			token, err := r.inv.StartPairing(context.Background(), 0)
-			if err != nil {
-				t.Fatal(err)
-			}
+			token := r.invite(t, 0)
 			if !tokenRE.MatchString(token) {
 				t.Errorf("token %q is not XXXX-XXXX-XXXX Crockford", token)
 			}
@@ -323,12 +349,7 @@ func TestPairDeclined(t *testing.T) {
 
 func TestPairWrongToken(t *testing.T) {
 	t.Parallel()
-	ctx := pairCtx(t)
-	r := newPairRig(t, "alpha", "beta")
-	token, err := r.inv.StartPairing(context.Background(), 0)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ctx, r, token := invited(t)
 	wrong := "0000-0000-0000"
 	if wrong == token {
 		wrong = "1111-1111-1111"
@@ -439,12 +460,7 @@ func getHello(t *testing.T, addr string) mbx.PairHello {
 
 func TestPairTokenBurned(t *testing.T) {
 	t.Parallel()
-	ctx := pairCtx(t)
-	r := newPairRig(t, "alpha", "beta")
-	token, err := r.inv.StartPairing(context.Background(), 0)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ctx, r, token := invited(t)
 	f := newFakeJoiner(t, "mallory")
 	hello := getHello(t, r.addr)
 	for i := 1; i <= MaxAttempts; i++ {
@@ -478,10 +494,7 @@ func TestPairExpired(t *testing.T) {
 		t.Parallel()
 		ctx := pairCtx(t)
 		r := newPairRig(t, "alpha", "beta")
-		token, err := r.inv.StartPairing(context.Background(), 2*time.Minute)
-		if err != nil {
-			t.Fatal(err)
-		}
+		token := r.invite(t, 2*time.Minute)
 		r.invClock.Advance(2*time.Minute + time.Millisecond)
 		if _, err := Join(ctx, r.join, r.addr, token, func(string, api.Peer) bool {
 			t.Error("confirm asked for an expired token")
@@ -505,13 +518,7 @@ func TestPairExpired(t *testing.T) {
 		t.Parallel()
 		ctx := pairCtx(t)
 		r := newPairRig(t, "alpha", "beta")
-		token, err := r.inv.StartPairing(context.Background(), 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := r.join.JoinPairing(ctx, r.addr, token); err != nil {
-			t.Fatal(err)
-		}
+		r.joined(ctx, t)
 		r.invClock.Advance(ConfirmWindow + time.Second)
 		r.joinClock.Advance(ConfirmWindow / 2) // the joiner's window is still open
 		if _, err := r.join.ConfirmPairing(ctx, true); !errors.Is(err, api.ErrPairExpired) {
@@ -526,12 +533,7 @@ func TestPairExpired(t *testing.T) {
 
 func TestPairReplayedJoin(t *testing.T) {
 	t.Parallel()
-	ctx := pairCtx(t)
-	r := newPairRig(t, "alpha", "beta")
-	token, err := r.inv.StartPairing(context.Background(), 0)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ctx, r, token := invited(t)
 	key, err := mbx.PairTokenKey(token)
 	if err != nil {
 		t.Fatal(err)
@@ -650,66 +652,53 @@ func TestPairBusyAndConflicts(t *testing.T) {
 			t.Errorf("joiner after an unreachable inviter: %+v", st)
 		}
 	})
-	t.Run("joiner has the inviter's name pinned with another key", func(t *testing.T) {
-		t.Parallel()
-		ctx := pairCtx(t)
-		r := newPairRig(t, "alpha", "beta")
-		f := newFakeJoiner(t, "alpha")
-		if err := r.join.PinPeer(api.Peer{Host: "alpha", HostPubkey: f.key.PublicKey(), EncPub: f.enc.PublicKey()}); err != nil {
-			t.Fatal(err)
-		}
-		token, err := r.inv.StartPairing(context.Background(), 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := r.join.JoinPairing(ctx, r.addr, token); !errors.Is(err, api.ErrPairConflict) {
-			t.Errorf("JoinPairing: %v, want api.ErrPairConflict", err)
-		}
-		if p, _ := r.join.Peer("alpha"); p.HostPubkey != f.key.PublicKey() {
-			t.Errorf("the pinned key changed")
-		}
-		if ps, err := r.inv.PeerRecords(); err != nil || len(ps) != 0 {
-			t.Errorf("inviter pinned %+v", ps)
-		}
-	})
-	t.Run("inviter has the joiner's name pinned with another key", func(t *testing.T) {
-		t.Parallel()
-		ctx := pairCtx(t)
-		r := newPairRig(t, "alpha", "beta")
-		f := newFakeJoiner(t, "beta")
-		if err := r.inv.PinPeer(api.Peer{Host: "beta", HostPubkey: f.key.PublicKey(), EncPub: f.enc.PublicKey()}); err != nil {
-			t.Fatal(err)
-		}
-		token, err := r.inv.StartPairing(context.Background(), 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := r.join.JoinPairing(ctx, r.addr, token); !errors.Is(err, api.ErrPairConflict) {
-			t.Errorf("JoinPairing: %v, want api.ErrPairConflict", err)
-		}
-		if st, _ := r.inv.PairingStatus(context.Background()); st.State != api.PairFailed || !errors.Is(st.Err(), api.ErrPairConflict) {
-			t.Errorf("inviter status = %+v", st)
-		}
-		if ps, _ := r.join.PeerRecords(); len(ps) != 0 {
-			t.Errorf("joiner pinned %+v", ps)
-		}
-		if p, _ := r.inv.Peer("beta"); p.HostPubkey != f.key.PublicKey() {
-			t.Errorf("the pinned key changed")
-		}
-	})
+	// One side has the other's name pinned with another key: the pairing fails with a conflict,
+	// the pinned key stays, and the other side pins nothing.
+	for _, c := range []struct {
+		name                 string
+		pinner               func(*pairRig) *node
+		other                func(*pairRig) *node
+		pinned               string // the name pinned with another key
+		inviterFailsConflict bool   // the inviter's session ends failed with api.ErrPairConflict
+	}{
+		{"joiner has the inviter's name pinned with another key",
+			func(r *pairRig) *node { return r.join }, func(r *pairRig) *node { return r.inv }, "alpha", false},
+		{"inviter has the joiner's name pinned with another key",
+			func(r *pairRig) *node { return r.inv }, func(r *pairRig) *node { return r.join }, "beta", true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			ctx := pairCtx(t)
+			r := newPairRig(t, "alpha", "beta")
+			pinner, other := c.pinner(r), c.other(r)
+			f := newFakeJoiner(t, c.pinned)
+			if err := pinner.PinPeer(api.Peer{Host: c.pinned, HostPubkey: f.key.PublicKey(), EncPub: f.enc.PublicKey()}); err != nil {
+				t.Fatal(err)
+			}
+			token := r.invite(t, 0)
+			if _, err := r.join.JoinPairing(ctx, r.addr, token); !errors.Is(err, api.ErrPairConflict) {
+				t.Errorf("JoinPairing: %v, want api.ErrPairConflict", err)
+			}
+			if c.inviterFailsConflict {
+				if st, _ := r.inv.PairingStatus(context.Background()); st.State != api.PairFailed || !errors.Is(st.Err(), api.ErrPairConflict) {
+					t.Errorf("inviter status = %+v", st)
+				}
+			}
+			if p, _ := pinner.Peer(c.pinned); p.HostPubkey != f.key.PublicKey() {
+				t.Errorf("the pinned key changed")
+			}
+			if ps, err := other.PeerRecords(); err != nil || len(ps) != 0 {
+				t.Errorf("%s pinned %+v", other.Name(), ps)
+			}
+		})
+	}
 }
 
 func TestPairJoinerGivesUp(t *testing.T) {
 	t.Parallel()
 	r := newPairRig(t, "alpha", "beta")
 	ctx := pairCtx(t)
-	token, err := r.inv.StartPairing(context.Background(), 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := r.join.JoinPairing(ctx, r.addr, token); err != nil {
-		t.Fatal(err)
-	}
+	r.joined(ctx, t)
 	// The joiner's user accepts, then the command goes away before the inviter answers.
 	jctx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
@@ -869,6 +858,16 @@ func (p *tamperProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 // rewrite decodes a JSON object, lets f change it, and encodes it again.
+// onPath is a tamperProxy rewrite of the JSON bodies on path (others pass unchanged).
+func onPath(t *testing.T, path string, f func(m map[string]any)) func(string, []byte) []byte {
+	return func(p string, body []byte) []byte {
+		if p != path {
+			return body
+		}
+		return rewrite(t, body, f)
+	}
+}
+
 func rewrite(t *testing.T, body []byte, f func(m map[string]any)) []byte {
 	var m map[string]any
 	if err := json.Unmarshal(body, &m); err != nil {
@@ -889,30 +888,19 @@ func TestPairTampered(t *testing.T) {
 	}
 	t.Run("joiner's addr or accept MAC changed", func(t *testing.T) {
 		t.Parallel()
-		ctx := pairCtx(t)
-		r := newPairRig(t, "alpha", "beta")
-		token, err := r.inv.StartPairing(context.Background(), 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		via := proxied(t, r, &tamperProxy{req: func(path string, body []byte) []byte {
-			if path != pathPairJoin {
-				return body
-			}
-			return rewrite(t, body, func(m map[string]any) { m["b"].(map[string]any)["addr"] = "10.6.6.6:7373" })
-		}})
+		ctx, r, token := invited(t)
+		via := proxied(t, r, &tamperProxy{req: onPath(t, pathPairJoin, func(m map[string]any) {
+			m["b"].(map[string]any)["addr"] = "10.6.6.6:7373"
+		})})
 		if _, err := r.join.JoinPairing(ctx, via, token); !errors.Is(err, api.ErrPairToken) {
 			t.Errorf("join with the addr changed on the way: %v, want api.ErrPairToken", err)
 		}
 		if st, _ := r.inv.PairingStatus(context.Background()); st.State != api.PairWaiting || st.AttemptsLeft != MaxAttempts-1 {
 			t.Errorf("inviter status = %+v", st)
 		}
-		via = proxied(t, r, &tamperProxy{resp: func(path string, body []byte) []byte {
-			if path != pathPairJoin {
-				return body
-			}
-			return rewrite(t, body, func(m map[string]any) { m["mac_accept"] = "J_dHW1dThRzZYTWV13RLvLlnN2UcPwzTA196Vxqo_Z4" })
-		}})
+		via = proxied(t, r, &tamperProxy{resp: onPath(t, pathPairJoin, func(m map[string]any) {
+			m["mac_accept"] = "J_dHW1dThRzZYTWV13RLvLlnN2UcPwzTA196Vxqo_Z4"
+		})})
 		if _, err := r.join.JoinPairing(ctx, via, token); !errors.Is(err, api.ErrPairToken) {
 			t.Errorf("join with a forged accept MAC: %v, want api.ErrPairToken", err)
 		}
@@ -923,21 +911,11 @@ func TestPairTampered(t *testing.T) {
 	})
 	t.Run("inviter's enc-key ad swapped", func(t *testing.T) {
 		t.Parallel()
-		ctx := pairCtx(t)
-		r := newPairRig(t, "alpha", "beta")
-		token, err := r.inv.StartPairing(context.Background(), 0)
-		if err != nil {
-			t.Fatal(err)
-		}
+		ctx, r, token := invited(t)
 		f := newFakeJoiner(t, "alpha")
 		ad, sig, _ := mbx.SignEncAdV2("alpha", f.key, f.enc.PublicKey(), r.joinClock.Now(), 0)
 		forged, _ := ad.Publish(sig)
-		via := proxied(t, r, &tamperProxy{resp: func(path string, body []byte) []byte {
-			if path != pathPairJoin {
-				return body
-			}
-			return rewrite(t, body, func(m map[string]any) { m["enc_ad"] = forged })
-		}})
+		via := proxied(t, r, &tamperProxy{resp: onPath(t, pathPairJoin, func(m map[string]any) { m["enc_ad"] = forged })})
 		if _, err := r.join.JoinPairing(ctx, via, token); !errors.Is(err, api.ErrPairProtocol) || !errors.Is(err, mbx.ErrBadEncAd) {
 			t.Errorf("join with a swapped enc-key ad: %v, want api.ErrPairProtocol wrapping an enc-ad refusal", err)
 		}
@@ -945,18 +923,10 @@ func TestPairTampered(t *testing.T) {
 	})
 	t.Run("inviter's decline turned into done", func(t *testing.T) {
 		t.Parallel()
-		ctx := pairCtx(t)
-		r := newPairRig(t, "alpha", "beta")
-		token, err := r.inv.StartPairing(context.Background(), 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		via := proxied(t, r, &tamperProxy{resp: func(path string, body []byte) []byte {
-			if path != pathPairConfirm {
-				return body
-			}
-			return rewrite(t, body, func(m map[string]any) { m["state"], m["accept"] = "done", true })
-		}})
+		ctx, r, token := invited(t)
+		via := proxied(t, r, &tamperProxy{resp: onPath(t, pathPairConfirm, func(m map[string]any) {
+			m["state"], m["accept"] = "done", true
+		})})
 		inv := runInviter(ctx, r.inv, false, true)
 		if _, err := r.join.JoinPairing(ctx, via, token); err != nil {
 			t.Fatal(err)
