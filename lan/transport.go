@@ -179,21 +179,7 @@ func (t *Transport) sendEnvelopes(ctx context.Context, peer outbox.Peer, rows []
 	for _, r := range res.Results {
 		byID[r.ID] = r.Status
 	}
-	out := make([]outbox.Outcome, len(idx))
-	for j, i := range idx {
-		st, ok := byID[rows[i].ItemID]
-		switch {
-		case !ok:
-			out[j] = outbox.Outcome{Kind: outbox.OutcomeFailed, Err: errors.New("peer answer has no result for the envelope")}
-		case st == mbx.StatusAccepted || st == mbx.StatusDuplicate:
-			out[j] = outbox.Outcome{Kind: outbox.OutcomeDelivered}
-		case strings.HasPrefix(st, mbx.StatusRejectedPrefix):
-			out[j] = outbox.Outcome{Kind: outbox.OutcomeRejected, Err: errors.New(st)}
-		default:
-			out[j] = outbox.Outcome{Kind: outbox.OutcomeFailed, Err: errors.New("peer answered status " + clip(st, 100))}
-		}
-	}
-	return out
+	return outcomes(rows, idx, byID, "envelope", false)
 }
 
 func (t *Transport) sendReceipts(ctx context.Context, peer outbox.Peer, rows []outbox.Row, idx []int) []outbox.Outcome {
@@ -212,13 +198,20 @@ func (t *Transport) sendReceipts(ctx context.Context, peer outbox.Peer, rows []o
 	for _, r := range res.Results {
 		byItem[r.Item] = r.Status
 	}
+	return outcomes(rows, idx, byItem, "receipt", true)
+}
+
+// outcomes turns the peer's status of each item (by item id) into the outcomes of rows idx: what
+// names the kind of item in errors; staleOK counts "stale" (a receipt the peer no longer needs)
+// as delivered.
+func outcomes(rows []outbox.Row, idx []int, byID map[string]string, what string, staleOK bool) []outbox.Outcome {
 	out := make([]outbox.Outcome, len(idx))
 	for j, i := range idx {
-		st, ok := byItem[rows[i].ItemID]
+		st, ok := byID[rows[i].ItemID]
 		switch {
 		case !ok:
-			out[j] = outbox.Outcome{Kind: outbox.OutcomeFailed, Err: errors.New("peer answer has no result for the receipt")}
-		case st == mbx.StatusAccepted || st == mbx.StatusDuplicate || st == "stale":
+			out[j] = outbox.Outcome{Kind: outbox.OutcomeFailed, Err: errors.New("peer answer has no result for the " + what)}
+		case st == mbx.StatusAccepted || st == mbx.StatusDuplicate || (staleOK && st == "stale"):
 			out[j] = outbox.Outcome{Kind: outbox.OutcomeDelivered}
 		case strings.HasPrefix(st, mbx.StatusRejectedPrefix):
 			out[j] = outbox.Outcome{Kind: outbox.OutcomeRejected, Err: errors.New(st)}

@@ -105,6 +105,27 @@ func (a Accept) SigningInput() ([]byte, error) {
 	return Canonical(a)
 }
 
+// acceptField names a field of Accept for appendAcceptJSON.
+type acceptField int
+
+const (
+	acceptV acceptField = iota
+	acceptType
+	acceptRelay
+	acceptEpoch
+	acceptSender
+	acceptItem
+	acceptTargets
+	acceptAt
+)
+
+// The orders of Accept's fields: as encoding/json writes them (the struct's), and canonical
+// (keys sorted).
+var (
+	acceptStructOrder    = [...]acceptField{acceptV, acceptType, acceptRelay, acceptEpoch, acceptSender, acceptItem, acceptTargets, acceptAt}
+	acceptCanonicalOrder = [...]acceptField{acceptAt, acceptEpoch, acceptItem, acceptRelay, acceptSender, acceptTargets, acceptType, acceptV}
+)
+
 // appendAcceptJSON appends a as JSON without a generic encoder, the relay's hot path: canonical
 // (keys in canonical order) or in field order as encoding/json writes it. ok is false when a holds
 // a string that is not plain printable ASCII or a number outside the safe integer range; only the
@@ -146,39 +167,36 @@ func appendAcceptJSON(buf []byte, a Accept, canonical bool) ([]byte, bool) {
 		}
 		buf = append(buf, ']')
 	}
-	buf = append(buf, '{')
+	field := func(f acceptField) {
+		switch f {
+		case acceptV:
+			num("v", int64(a.V))
+		case acceptType:
+			str("type", a.Type)
+		case acceptRelay:
+			str("relay_pubkey", a.RelayPubkey)
+		case acceptEpoch:
+			str("epoch", a.Epoch)
+		case acceptSender:
+			str("sender_pubkey", a.SenderPubkey)
+		case acceptItem:
+			str("item_id", a.ItemID)
+		case acceptTargets:
+			targets()
+		case acceptAt:
+			str("at", a.At)
+		}
+	}
+	order := &acceptStructOrder
 	if canonical {
-		str("at", a.At)
-		buf = append(buf, ',')
-		str("epoch", a.Epoch)
-		buf = append(buf, ',')
-		str("item_id", a.ItemID)
-		buf = append(buf, ',')
-		str("relay_pubkey", a.RelayPubkey)
-		buf = append(buf, ',')
-		str("sender_pubkey", a.SenderPubkey)
-		buf = append(buf, ',')
-		targets()
-		buf = append(buf, ',')
-		str("type", a.Type)
-		buf = append(buf, ',')
-		num("v", int64(a.V))
-	} else {
-		num("v", int64(a.V))
-		buf = append(buf, ',')
-		str("type", a.Type)
-		buf = append(buf, ',')
-		str("relay_pubkey", a.RelayPubkey)
-		buf = append(buf, ',')
-		str("epoch", a.Epoch)
-		buf = append(buf, ',')
-		str("sender_pubkey", a.SenderPubkey)
-		buf = append(buf, ',')
-		str("item_id", a.ItemID)
-		buf = append(buf, ',')
-		targets()
-		buf = append(buf, ',')
-		str("at", a.At)
+		order = &acceptCanonicalOrder
+	}
+	buf = append(buf, '{')
+	for i, f := range order {
+		if i > 0 {
+			buf = append(buf, ',')
+		}
+		field(f)
 	}
 	return append(buf, '}'), true
 }

@@ -103,22 +103,17 @@ func (s *Store) View(ctx context.Context, fn func(*Tx) error) error {
 }
 
 func update[T any](ctx context.Context, s *Store, fn func(*Tx) (T, error)) (T, error) {
-	var out T
-	err := s.Update(ctx, func(t *Tx) error {
-		var err error
-		out, err = fn(t)
-		return err
-	})
-	if err != nil {
-		var zero T
-		return zero, err
-	}
-	return out, nil
+	return inTx(ctx, s.Update, fn)
 }
 
 func view[T any](ctx context.Context, s *Store, fn func(*Tx) (T, error)) (T, error) {
+	return inTx(ctx, s.View, fn)
+}
+
+// inTx runs fn in a transaction of run (Store.Update or Store.View) and returns its result.
+func inTx[T any](ctx context.Context, run func(context.Context, func(*Tx) error) error, fn func(*Tx) (T, error)) (T, error) {
 	var out T
-	err := s.View(ctx, func(t *Tx) error {
+	err := run(ctx, func(t *Tx) error {
 		var err error
 		out, err = fn(t)
 		return err

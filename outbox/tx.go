@@ -895,20 +895,34 @@ func (t *Tx) RepushRelay(relay, epoch string) (int, error) {
 		return 0, fmt.Errorf("outbox: %s: %w", op, err)
 	}
 	now := t.now()
-	prefix := prefixOf(relay)
-	olds, err := t.loadRows(stripPrefix(scanPrefix(t.b.relay, prefix)), "relay")
+	n, err := t.change(t.b.relay, relay, "relay", func(r *Row) bool {
+		if r.Repush || (epoch != "" && r.Epoch == epoch) {
+			return false
+		}
+		r.Repush, r.NextAt, r.UpdatedAt = true, now, now
+		return true
+	})
 	if err != nil {
 		return 0, fmt.Errorf("outbox: %s: %w", op, err)
 	}
+	return n, nil
+}
+
+// change applies edit to every row of index b under key (a relay or a host) and stores each row
+// edit changed (it returns false to leave a row as it is). It returns how many rows changed.
+func (t *Tx) change(b *bbolt.Bucket, key, index string, edit func(*Row) bool) (int, error) {
+	olds, err := t.loadRows(stripPrefix(scanPrefix(b, prefixOf(key))), index)
+	if err != nil {
+		return 0, err
+	}
 	n := 0
 	for _, old := range olds {
-		if old.Repush || (epoch != "" && old.Epoch == epoch) {
+		r := old
+		if !edit(&r) {
 			continue
 		}
-		r := old
-		r.Repush, r.NextAt, r.UpdatedAt = true, now, now
 		if err := t.put(&old, &r); err != nil {
-			return 0, fmt.Errorf("outbox: %s: %w", op, err)
+			return n, err
 		}
 		n++
 	}
@@ -947,22 +961,15 @@ func (t *Tx) RebindHost(host, hostKey string) (int, error) {
 		return 0, fmt.Errorf("outbox: %s: %w: host key is not a base64 Ed25519 public key", op, ErrInvalid)
 	}
 	now := t.now()
-	prefix := prefixOf(host)
-	olds, err := t.loadRows(stripPrefix(scanPrefix(t.b.host, prefix)), "host")
+	n, err := t.change(t.b.host, host, "host", func(r *Row) bool {
+		if r.HostKey == hostKey {
+			return false
+		}
+		r.HostKey, r.UpdatedAt = hostKey, now
+		return true
+	})
 	if err != nil {
 		return 0, fmt.Errorf("outbox: %s: %w", op, err)
-	}
-	n := 0
-	for _, old := range olds {
-		if old.HostKey == hostKey {
-			continue
-		}
-		r := old
-		r.HostKey, r.UpdatedAt = hostKey, now
-		if err := t.put(&old, &r); err != nil {
-			return 0, fmt.Errorf("outbox: %s: %w", op, err)
-		}
-		n++
 	}
 	return n, nil
 }
