@@ -68,7 +68,7 @@ func TestLANRecoveryFlushesWaitingRows(t *testing.T) {
 func TestRelayRecoveryFlushesWaitingRows(t *testing.T) {
 	a, _, r := relayPair(t, mbx.Limits{})
 	for _, recover := range []string{"push", "pull"} {
-		r.set(func(r *testRelay) { r.dropPushes = 1 })
+		r.set(func(r *testRelay) { r.dropPushes = lostTries })
 		m1 := a.send("alice", []string{"bob@beta"}, "lost", "answer lost")
 		if n := a.passOnce(); n != 1 {
 			t.Fatalf("%s: pass sent %d, want 1", recover, n)

@@ -15,6 +15,7 @@ import (
 	"github.com/agentmbx/agentmbx/internal/testkit"
 	"github.com/agentmbx/agentmbx/mbx"
 	"github.com/agentmbx/agentmbx/outbox"
+	"github.com/agentmbx/agentmbx/relayclient"
 	"github.com/agentmbx/agentmbx/relayserver"
 	"github.com/agentmbx/agentmbx/relayserver/sqlitestore"
 )
@@ -22,6 +23,10 @@ import (
 // testRelay is the real relay (relayserver over sqlitestore) on 127.0.0.1, on the hosts' fake
 // clock, behind a front that lets a test count, lose, fail or rewrite answers, and swap the relay
 // behind the same URL (a restore, a new epoch, a new relay key).
+// lostTries is how many failures make one relay client call fail: the client retries an
+// idempotent request relayclient.DefaultRetryMax times inside the call.
+const lostTries = 1 + relayclient.DefaultRetryMax
+
 type testRelay struct {
 	t     *testing.T
 	clock *testkit.Clock
@@ -32,7 +37,7 @@ type testRelay struct {
 	mu           sync.Mutex
 	pushes       int                      // POST /v2/relay/items seen
 	pulls        int                      // GET /v2/relay/items seen
-	dropPushes   int                      // handle the next n pushes, then drop their answers
+	dropPushes   int                      // handle the next n pushes, then drop their answers (lostTries: a whole call)
 	failAcks     int                      // answer the next n acks 503 without handling them
 	rewrite      func(body []byte) []byte // rewrites push answers (nil: none)
 	throttle     int                      // answer the next n pushes with throttleCode, unhandled

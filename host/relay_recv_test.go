@@ -161,7 +161,7 @@ func TestRelayAckFailure(t *testing.T) {
 	ctx := context.Background()
 	res := a.send("alice", []string{"bob@beta"}, "ack lost", "still once")
 	a.passOnce()
-	r.set(func(r *testRelay) { r.failAcks = 1 })
+	r.set(func(r *testRelay) { r.failAcks = lostTries })
 	rcv, err := b.relayReceiver(mustLink(t, b), inbox.ReceiverOptions{})
 	if err != nil {
 		t.Fatal(err)

@@ -68,6 +68,9 @@ type Limits struct {
 	MaxSenderBytes int64 `json:"max_sender_bytes"`
 	MaxOwnerItems  int64 `json:"max_owner_items"`
 	MaxOwnerBytes  int64 `json:"max_owner_bytes"`
+	// PushesPerMinute is an agentmbx addition: the push requests a sender key may make a minute
+	// (absent from 0.5.x relays, which allow PushesPerMinute; hosts then assume that).
+	PushesPerMinute int `json:"pushes_per_minute,omitempty"`
 }
 
 // DefaultLimits returns the limits of a 0.5.x relay.

@@ -11,11 +11,12 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
 	"unicode/utf8"
+
+	"github.com/hashicorp/go-retryablehttp"
 
 	"github.com/agentmbx/agentmbx/mbx"
 )
@@ -60,6 +61,9 @@ type Options struct {
 	UserAgent string
 	// Logger receives a Warn when the relay key changes. Default: slog.Default().
 	Logger *slog.Logger
+	// RetryMax is how many times an idempotent request is retried inside one call (retry.go):
+	// DefaultRetryMax when 0, none when negative.
+	RetryMax int
 	// CA is a PEM bundle of CA certificates trusted for the relay's TLS certificate besides the
 	// system roots (`relay set --ca`, a private CA). Ignored when HTTPClient is set. New and
 	// Discover refuse a bundle without a certificate (ErrInvalid).
@@ -67,16 +71,20 @@ type Options struct {
 }
 
 type settings struct {
-	hc      *http.Client
-	timeout time.Duration
-	clock   func() time.Time
-	ua      string
-	log     *slog.Logger
+	hc       *http.Client
+	timeout  time.Duration
+	clock    func() time.Time
+	ua       string
+	log      *slog.Logger
+	retryMax int
 }
 
 func newSettings(opts *Options) (settings, error) {
-	s := settings{timeout: DefaultTimeout, clock: time.Now, ua: "agentmbx", log: slog.Default()}
+	s := settings{timeout: DefaultTimeout, clock: time.Now, ua: "agentmbx", log: slog.Default(), retryMax: DefaultRetryMax}
 	if opts != nil {
+		if opts.RetryMax != 0 {
+			s.retryMax = max(opts.RetryMax, 0)
+		}
 		s.hc = opts.HTTPClient
 		if opts.Timeout > 0 {
 			s.timeout = opts.Timeout
@@ -195,6 +203,9 @@ type request struct {
 	hop     bool   // sign with the host key
 	max     int64  // the most bytes of answer to read
 	timeout time.Duration
+	// retry: the request is idempotent and no long poll, so a transport failure or a 5xx may be
+	// retried inside it (retry.go).
+	retry bool
 }
 
 // answer is a successful (2xx) answer.
@@ -204,7 +215,8 @@ type answer struct {
 	date   string // the Date header
 }
 
-// send performs r. A 2xx answer is returned; any other is an error (*StatusError, *EpochError).
+// send performs r (with retries when r.retry; retry.go). A 2xx answer is returned; any other is
+// an error (*StatusError, *EpochError).
 func send(ctx context.Context, s *settings, base string, r request, sign func(method, path string, body []byte) http.Header) (answer, error) {
 	u, err := url.Parse(base + r.path)
 	if err != nil {
@@ -216,25 +228,38 @@ func send(ctx context.Context, s *settings, base string, r request, sign func(me
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	var body io.Reader
+	var body any
 	if r.body != nil {
-		body = bytes.NewReader(r.body)
+		body = r.body
 	}
-	req, err := http.NewRequestWithContext(ctx, r.method, u.String(), body)
+	req, err := retryablehttp.NewRequestWithContext(ctx, r.method, u.String(), body)
 	if err != nil {
 		return answer{}, fmt.Errorf("relayclient: %s: %w: %v", r.op, ErrInvalid, err)
 	}
-	if sign != nil {
-		for k, v := range sign(r.method, mbx.RelaySignedPath(u), r.body) {
-			req.Header[k] = v
+	hop := func(hr *http.Request) error {
+		if sign != nil {
+			for k, v := range sign(r.method, mbx.RelaySignedPath(u), r.body) {
+				hr.Header[k] = v
+			}
 		}
+		return nil
 	}
+	_ = hop(req.Request)
 	if r.body != nil {
 		req.Header.Set("Content-Type", "application/json")
 	}
 	req.Header.Set("Accept", "application/json")
 	req.Header.Set("User-Agent", s.ua)
-	resp, err := s.hc.Do(req)
+	retries := 0
+	if r.retry {
+		retries = s.retryMax
+	}
+	deadline, _ := ctx.Deadline()
+	pol := &retryPolicy{deadline: deadline, now: time.Now}
+	resp, err := retryClient(s.hc, retries, pol, hop).Do(req)
+	if pol.attempt > 1 {
+		s.log.Debug("relay request retried", "op", r.op, "attempts", pol.attempt)
+	}
 	if err != nil {
 		return answer{}, transportError(r.op, err)
 	}
@@ -270,10 +295,8 @@ func statusError(op string, resp *http.Response, data []byte) error {
 	if se.Message == "" && len(data) > 0 && eb.Error == "" && !json.Valid(data) {
 		se.Message = clip(strings.TrimSpace(string(data)), 300)
 	}
-	if ra := resp.Header.Get("Retry-After"); ra != "" {
-		if secs, err := strconv.Atoi(strings.TrimSpace(ra)); err == nil && secs >= 0 {
-			se.RetryAfter = time.Duration(min(secs, 24*3600)) * time.Second
-		}
+	if ra, ok := retryAfter(resp.Header.Get("Retry-After")); ok {
+		se.RetryAfter = ra
 	}
 	return se
 }

@@ -34,8 +34,16 @@
 // effect), ErrStatus (an error status, a *StatusError with the relay's words; 4xx also wraps
 // ErrRefused), ErrProtocol (an answer that breaks the protocol, including a served record that
 // fails its checks) or ErrInvalid (bad input, nothing sent). Specific errors (ErrEpochChanged,
-// ErrRewound, ErrNotEnrolled, ErrRateLimited, …) are wrapped beside the class. The Client never
-// retries; Retryable says where a retry can help.
+// ErrRewound, ErrNotEnrolled, ErrRateLimited, …) are wrapped beside the class.
+//
+// # Retries
+//
+// Idempotent requests (info, challenge, enrol, the publications, a pull without a wait, ack, and
+// push, idempotent by the relay's dedup) go through github.com/hashicorp/go-retryablehttp: a
+// transport failure or a 500/502/503/504 is retried up to Options.RetryMax times (2), with a
+// jittered wait or a short Retry-After, each retry re-signing the hop and fitting inside the
+// request's timeout. A 429, any other 4xx, a long Retry-After, a long poll and a rotation
+// surface at once (retry.go); beyond that, Retryable says where a later retry can help.
 //
 // # Caveats
 //

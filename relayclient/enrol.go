@@ -26,7 +26,7 @@ func enrol(ctx context.Context, do func(context.Context, request) (answer, error
 	if err != nil {
 		return fmt.Errorf("relayclient: enrol: %w", err)
 	}
-	a, err := do(ctx, request{op: "challenge", method: "POST", path: "/v1/relay/challenge", body: body, max: maxSmallAnswer})
+	a, err := do(ctx, request{op: "challenge", method: "POST", path: "/v1/relay/challenge", body: body, retry: true, max: maxSmallAnswer})
 	if err != nil {
 		return err
 	}
@@ -46,7 +46,7 @@ func enrol(ctx context.Context, do func(context.Context, request) (answer, error
 	if err != nil {
 		return fmt.Errorf("relayclient: enrol: %w", err)
 	}
-	a, err = do(ctx, request{op: "enrol", method: "POST", path: "/v1/relay/enrol", body: body, max: maxSmallAnswer})
+	a, err = do(ctx, request{op: "enrol", method: "POST", path: "/v1/relay/enrol", body: body, retry: true, max: maxSmallAnswer})
 	if err != nil {
 		return err
 	}

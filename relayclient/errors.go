@@ -11,8 +11,9 @@ import (
 
 // The classes of failure. Every error a Client returns wraps exactly one of ErrTransport,
 // ErrStatus, ErrProtocol or ErrInvalid (ErrRelayKeyChanged aside), so a caller decides what to do
-// from the class, and from the specific errors below where one applies. Retries are the caller's
-// business; Retryable says where a retry can help.
+// from the class, and from the specific errors below where one applies. Beyond the few retries
+// inside an idempotent request (retry.go), retries are the caller's business; Retryable says
+// where one can help.
 var (
 	// ErrTransport: no HTTP answer (connection refused or reset, DNS, TLS, timeout, a body cut
 	// short). The request may or may not have taken effect.

@@ -20,7 +20,7 @@ func Discover(ctx context.Context, rawURL string, opts *Options) (mbx.InfoRespon
 	if err != nil {
 		return mbx.InfoResponse{}, fmt.Errorf("relayclient: discover: %w", err)
 	}
-	a, err := send(ctx, &s, base, request{op: "info", method: "GET", path: "/v2/relay/info", max: maxSmallAnswer}, nil)
+	a, err := send(ctx, &s, base, request{op: "info", method: "GET", path: "/v2/relay/info", max: maxSmallAnswer, retry: true}, nil)
 	if err != nil {
 		if errors.Is(err, ErrNotFound) {
 			return mbx.InfoResponse{}, fmt.Errorf("%w: %w", ErrV1Only, err)
@@ -35,7 +35,7 @@ func Discover(ctx context.Context, rawURL string, opts *Options) (mbx.InfoRespon
 // does not know this host key: enrol. A relay_pubkey other than the pinned one stops the Client
 // (ErrRelayKeyChanged).
 func (c *Client) Info(ctx context.Context) (mbx.InfoResponse, error) {
-	a, err := c.do(ctx, request{op: "info", method: "GET", path: "/v2/relay/info", hop: true, max: maxSmallAnswer})
+	a, err := c.do(ctx, request{op: "info", method: "GET", path: "/v2/relay/info", hop: true, retry: true, max: maxSmallAnswer})
 	if err != nil {
 		if errors.Is(err, ErrNotFound) {
 			return mbx.InfoResponse{}, fmt.Errorf("%w: %w", ErrV1Only, err)

@@ -26,7 +26,7 @@ func (c *Client) PublishEncAd(ctx context.Context, encPub string, ttl time.Durat
 	if err != nil {
 		return mbx.EncAd{}, fmt.Errorf("relayclient: publish enc-key ad: %w", err)
 	}
-	a, err := c.do(ctx, request{op: "publish enc-key ad", method: "POST", path: "/v2/relay/enc-key", body: body, hop: true, max: maxSmallAnswer})
+	a, err := c.do(ctx, request{op: "publish enc-key ad", method: "POST", path: "/v2/relay/enc-key", body: body, hop: true, retry: true, max: maxSmallAnswer})
 	if err != nil {
 		return mbx.EncAd{}, err
 	}
@@ -76,7 +76,7 @@ func (c *Client) FetchEncAd(ctx context.Context, peer mbx.EncAdPeer, newest *mbx
 	}
 	op := "fetch enc-key ad of " + mbx.Fingerprint(peer.HostPubkey)
 	a, err := c.do(ctx, request{op: op, method: "GET", path: "/v2/relay/enc-key?pubkey=" + url.QueryEscape(peer.HostPubkey),
-		hop: true, max: maxSmallAnswer})
+		hop: true, retry: true, max: maxSmallAnswer})
 	if err != nil {
 		return "", mbx.EncAd{}, err
 	}
@@ -117,7 +117,7 @@ func (c *Client) PublishSenders(ctx context.Context, senders []string) (mbx.Send
 	if err != nil {
 		return mbx.SenderList{}, fmt.Errorf("relayclient: publish senders: %w", err)
 	}
-	a, err := c.do(ctx, request{op: "publish senders", method: "POST", path: "/v2/relay/senders", body: body, hop: true, max: maxSmallAnswer})
+	a, err := c.do(ctx, request{op: "publish senders", method: "POST", path: "/v2/relay/senders", body: body, hop: true, retry: true, max: maxSmallAnswer})
 	if err != nil {
 		return mbx.SenderList{}, err
 	}

@@ -43,7 +43,7 @@ func DiscoverProbe(ctx context.Context, rawURL string, opts *Options) (Probe, er
 	if err != nil {
 		return Probe{}, fmt.Errorf("relayclient: discover: %w", err)
 	}
-	a, err := send(ctx, &s, base, request{op: "info", method: "GET", path: "/v2/relay/info", max: maxSmallAnswer}, nil)
+	a, err := send(ctx, &s, base, request{op: "info", method: "GET", path: "/v2/relay/info", max: maxSmallAnswer, retry: true}, nil)
 	if err != nil {
 		if errors.Is(err, ErrNotFound) {
 			return Probe{}, fmt.Errorf("%w: %w", ErrV1Only, err)

@@ -65,7 +65,7 @@ func (c *Client) Pull(ctx context.Context, r PullRequest) (mbx.PullResponse, err
 	}
 	wait := time.Duration(r.waitSeconds()) * time.Second
 	a, err := c.do(ctx, request{op: "pull", method: "GET", path: "/v2/relay/items?" + r.query(), hop: true,
-		max: maxPullAnswer, timeout: c.timeout + wait})
+		max: maxPullAnswer, timeout: c.timeout + wait, retry: wait == 0})
 	if err != nil {
 		return mbx.PullResponse{}, err
 	}
@@ -102,7 +102,7 @@ func (c *Client) Ack(ctx context.Context, epoch string, through int64) (mbx.AckR
 	if err != nil {
 		return mbx.AckResponse{}, fmt.Errorf("relayclient: ack: %w", err)
 	}
-	a, err := c.do(ctx, request{op: "ack", method: "POST", path: "/v2/relay/ack", body: body, hop: true, max: maxSmallAnswer})
+	a, err := c.do(ctx, request{op: "ack", method: "POST", path: "/v2/relay/ack", body: body, hop: true, retry: true, max: maxSmallAnswer})
 	if err != nil {
 		return mbx.AckResponse{}, err
 	}

@@ -109,7 +109,7 @@ func (c *Client) Push(ctx context.Context, items []PushItem) ([]ItemResult, erro
 	if err != nil {
 		return nil, fmt.Errorf("relayclient: push: %w", err)
 	}
-	a, err := c.do(ctx, request{op: "push", method: "POST", path: "/v2/relay/items", body: body, hop: true, max: maxPushAnswer})
+	a, err := c.do(ctx, request{op: "push", method: "POST", path: "/v2/relay/items", body: body, hop: true, retry: true, max: maxPushAnswer})
 	if err != nil {
 		return nil, err
 	}

@@ -166,6 +166,8 @@ func New(ctx context.Context, store Store, opt Options) (*Server, error) {
 	if opt.PushesPerMinute == 0 {
 		opt.PushesPerMinute = mbx.PushesPerMinute
 	}
+	// Announced in the info so that hosts pace their pushes under it (none when unlimited).
+	opt.Limits.PushesPerMinute = max(opt.PushesPerMinute, 0)
 	if opt.NewEnrolmentsPerDay == 0 {
 		opt.NewEnrolmentsPerDay = DefaultNewEnrolmentsPerDay
 	}
