@@ -192,4 +192,8 @@ func TestInfoVersionAndLimitsAsZeroFiveReadsThem(t *testing.T) {
 	if n, ok := limits["max_wait"].(float64); !ok || n <= 0 {
 		t.Errorf("limits.max_wait = %v", limits["max_wait"])
 	}
+	// pushes_per_minute is ours too: the push budget hosts pace themselves under.
+	if n, _ := limits["pushes_per_minute"].(float64); n != mbx.PushesPerMinute {
+		t.Errorf("limits.pushes_per_minute = %v, want %d", limits["pushes_per_minute"], mbx.PushesPerMinute)
+	}
 }
