@@ -50,6 +50,8 @@ type Pusher struct {
 	// an accept statement named. Either may be nil.
 	Observe   func(err error)
 	EpochSeen func(epoch string)
+	// Pacer, when set, paces and coalesces the pushes of every Pusher sharing it (pace.go).
+	Pacer *Pacer
 }
 
 var _ outbox.Sender = (*Pusher)(nil)
@@ -58,10 +60,14 @@ var _ outbox.Sender = (*Pusher)(nil)
 func (p *Pusher) Kind() outbox.Transport { return outbox.TransportRelay }
 
 // Send pushes rows (addressed by each row's pinned host key; peer is not used) in batches that fit
-// the relay's max_batch and MaxPushBytes, and returns one outcome per row. A row is
+// the relay's max_batch and MaxPushBytes, through the Pacer when one is set, and returns one
+// outcome per row. A row is
 // OutcomeRelayAccepted only with an accept statement the client verified against the pinned key;
 // the caller checks it again in the transaction that records it (VerifyAcceptance).
 func (p *Pusher) Send(ctx context.Context, _ outbox.Peer, rows []outbox.Row) []outbox.Outcome {
+	if p.Pacer != nil {
+		return p.Pacer.send(ctx, p, rows)
+	}
 	maxBatch := max(1, min(p.Limits.MaxBatch, mbx.DefaultMaxBatch))
 	out := make([]outbox.Outcome, len(rows))
 	for start := 0; start < len(rows); {
