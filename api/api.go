@@ -174,6 +174,9 @@ type OutboxRow struct {
 	// Reason and EndedAt say why and when a row ended (expired, unconfirmed, rejected, done).
 	Reason  string `json:"reason,omitempty"`
 	EndedAt string `json:"ended_at,omitempty"`
+	// Waiting says in plain words why an active row waits (the relay paused or stopped, the peer
+	// unreachable since a time, the next attempt); set by the host's listings.
+	Waiting string `json:"waiting,omitempty"`
 }
 
 // Agent is a local agent.

@@ -28,7 +28,7 @@ func (t *Tx) Check() error {
 		}
 	}
 	want := map[string]map[string][]byte{
-		"due": {}, "host": {}, "relay": {}, "deadline": {}, "ended": {},
+		"due": {}, "host": {}, "relay": {}, "deadline": {}, "ended": {}, "created": {},
 	}
 	err := t.b.rows.ForEach(func(k, v []byte) error {
 		key, ok := parseRowKey(k)
@@ -62,6 +62,7 @@ func (t *Tx) Check() error {
 		add("relay", e.relay, nil)
 		add("deadline", e.deadline, nil)
 		add("ended", e.ended, nil)
+		add("created", e.created, e.createdVal)
 		return nil
 	})
 	if err != nil {
@@ -76,7 +77,7 @@ func (t *Tx) Check() error {
 	for _, ix := range []struct {
 		name string
 		b    *bbolt.Bucket
-	}{{"due", t.b.due}, {"host", t.b.host}, {"relay", t.b.relay}, {"deadline", t.b.deadline}, {"ended", t.b.ended}} {
+	}{{"due", t.b.due}, {"host", t.b.host}, {"relay", t.b.relay}, {"deadline", t.b.deadline}, {"ended", t.b.ended}, {"created", t.b.created}} {
 		exp := want[ix.name]
 		seen := 0
 		_ = ix.b.ForEach(func(k, v []byte) error {

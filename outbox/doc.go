@@ -37,7 +37,7 @@
 // the caller's own writes (an accept statement's check and the move to relay-accepted; a
 // delivery receipt and the row it settles). Store.Add goes through bbolt's Batch, so concurrent
 // senders share one fsync while each is answered only after its commit. Indexes kept in the same
-// transactions (due, per host, per relay, deadline, ended; Tx.Check verifies them) make a pass
+// transactions (due, per host, per relay, deadline, ended, created; Tx.Check verifies them) make a pass
 // read only the rows it needs. The clock is injected and read once per operation; nothing here
 // sleeps or starts goroutines: the daemon calls Claim, Sweep and Prune from its own loops.
 //

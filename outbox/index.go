@@ -20,6 +20,8 @@ import (
 //   - relay (relay, key): relay-accepted rows per relay, for RelayAccepted and RepushRelay.
 //   - deadline (deadline, key): active rows, for Sweep.
 //   - ended (ended_at, key): ended rows, for Prune.
+//   - created (created_at, key) → state: every row, for Page (`agentmbx outbox`): the newest
+//     rows of some states without decoding the others.
 //
 // Tx.Check verifies all of them against the rows.
 //
@@ -32,6 +34,7 @@ import (
 //	relay     relay ‖ 0x00 ‖ rowkey           → ""   relay-accepted rows
 //	deadline  be64(deadline) ‖ rowkey         → ""   active rows
 //	ended     be64(ended_at) ‖ rowkey         → ""   ended rows
+//	created   be64(created_at) ‖ rowkey       → state (one byte)   every row (schema 2)
 //	meta      "schema"                        → be64(schema version)
 //
 // rowkey = item_id ‖ 0x00 ‖ host. Item ids, host names and relay URLs are validated to hold
@@ -47,18 +50,20 @@ var (
 	bucketRelay    = []byte("relay")
 	bucketDeadline = []byte("deadline")
 	bucketEnded    = []byte("ended")
+	bucketCreated  = []byte("created")
 	bucketMeta     = []byte("meta")
 
 	metaSchema = []byte("schema")
 )
 
-// schemaVersion is the layout above. Open refuses a store with a higher one.
-const schemaVersion = 1
+// schemaVersion is the layout above. Open refuses a store with a higher one. Version 2 added the
+// created index; Open builds it for a version 1 store.
+const schemaVersion = 2
 
-var subBuckets = [][]byte{bucketRows, bucketWire, bucketDue, bucketHost, bucketRelay, bucketDeadline, bucketEnded, bucketMeta}
+var subBuckets = [][]byte{bucketRows, bucketWire, bucketDue, bucketHost, bucketRelay, bucketDeadline, bucketEnded, bucketCreated, bucketMeta}
 
 type buckets struct {
-	rows, wire, due, host, relay, deadline, ended, meta *bbolt.Bucket
+	rows, wire, due, host, relay, deadline, ended, created, meta *bbolt.Bucket
 }
 
 func openBuckets(tx *bbolt.Tx) (buckets, error) {
@@ -69,10 +74,10 @@ func openBuckets(tx *bbolt.Tx) (buckets, error) {
 	b := buckets{
 		rows: top.Bucket(bucketRows), wire: top.Bucket(bucketWire), due: top.Bucket(bucketDue),
 		host: top.Bucket(bucketHost), relay: top.Bucket(bucketRelay), deadline: top.Bucket(bucketDeadline),
-		ended: top.Bucket(bucketEnded), meta: top.Bucket(bucketMeta),
+		ended: top.Bucket(bucketEnded), created: top.Bucket(bucketCreated), meta: top.Bucket(bucketMeta),
 	}
 	if b.rows == nil || b.wire == nil || b.due == nil || b.host == nil || b.relay == nil ||
-		b.deadline == nil || b.ended == nil || b.meta == nil {
+		b.deadline == nil || b.ended == nil || b.created == nil || b.meta == nil {
 		return buckets{}, ErrNoBuckets
 	}
 	return b, nil
@@ -93,12 +98,30 @@ func createBuckets(tx *bbolt.Tx) error {
 		if len(v) != 8 {
 			return fmt.Errorf("%w: schema version record", ErrCorrupt)
 		}
-		if got := binary.BigEndian.Uint64(v); got > schemaVersion {
+		got := binary.BigEndian.Uint64(v)
+		if got > schemaVersion {
 			return fmt.Errorf("%w: version %d, this binary knows %d", ErrSchema, got, schemaVersion)
 		}
-		return nil
+		if got == schemaVersion {
+			return nil
+		}
+		if err := buildCreated(top); err != nil {
+			return err
+		}
 	}
 	return meta.Put(metaSchema, binary.BigEndian.AppendUint64(nil, schemaVersion))
+}
+
+// buildCreated fills the created index from the rows (the step from schema 1 to 2).
+func buildCreated(top *bbolt.Bucket) error {
+	created := top.Bucket(bucketCreated)
+	return top.Bucket(bucketRows).ForEach(func(k, v []byte) error {
+		r, err := decodeRow(v)
+		if err != nil {
+			return fmt.Errorf("%w: row %q: %v", ErrCorrupt, k, err)
+		}
+		return created.Put(timeKey(r.CreatedAt, k), []byte{byte(r.State)})
+	})
 }
 
 func rowKey(k Key) []byte {
@@ -148,12 +171,12 @@ func hostValue(r *Row) []byte {
 
 // indexEntries are the index keys (and the host value) that a row owns.
 type indexEntries struct {
-	due, host, relay, deadline, ended []byte
-	hostVal                           []byte
+	due, host, relay, deadline, ended, created []byte
+	hostVal, createdVal                        []byte
 }
 
 func entriesOf(r *Row, rk []byte) indexEntries {
-	var e indexEntries
+	e := indexEntries{created: timeKey(r.CreatedAt, rk), createdVal: []byte{byte(r.State)}}
 	if r.due() {
 		e.due = timeKey(r.NextAt, rk)
 	}

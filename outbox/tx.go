@@ -108,6 +108,7 @@ func (t *Tx) put(old, r *Row) error {
 		{t.b.relay, oe.relay, ne.relay, nil, empty, false},
 		{t.b.deadline, oe.deadline, ne.deadline, nil, empty, false},
 		{t.b.ended, oe.ended, ne.ended, nil, empty, false},
+		{t.b.created, oe.created, ne.created, oe.createdVal, ne.createdVal, true},
 	} {
 		same := bytes.Equal(ix.oldK, ix.newK) && (ix.oldK == nil) == (ix.newK == nil)
 		if same && (!ix.compareValue || bytes.Equal(ix.oldV, ix.newV)) {
@@ -134,7 +135,7 @@ func (t *Tx) remove(r *Row) error {
 	for _, ix := range []struct {
 		b *bbolt.Bucket
 		k []byte
-	}{{t.b.due, e.due}, {t.b.host, e.host}, {t.b.relay, e.relay}, {t.b.deadline, e.deadline}, {t.b.ended, e.ended}} {
+	}{{t.b.due, e.due}, {t.b.host, e.host}, {t.b.relay, e.relay}, {t.b.deadline, e.deadline}, {t.b.ended, e.ended}, {t.b.created, e.created}} {
 		if ix.k != nil {
 			if err := ix.b.Delete(ix.k); err != nil {
 				return err

@@ -533,7 +533,7 @@ func (s *soak) mailboxes(ctx context.Context) (map[Mailbox][]string, []string, e
 func (s *soak) unsettled(ctx context.Context, alerts []string) ([]string, error) {
 	var out []string
 	for _, h := range s.hosts {
-		js, err := s.kit.Must(ctx, "outbox", "--json", "--home", h.home)
+		js, err := s.kit.Must(ctx, "outbox", "--all", "--limit", "0", "--json", "--home", h.home)
 		if err != nil {
 			return nil, err
 		}

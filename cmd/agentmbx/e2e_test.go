@@ -340,7 +340,7 @@ func (n *node) waitSent(id, state string, recipients ...string) api.Sent {
 func (n *node) outboxRows(id string) []api.OutboxRow {
 	n.t.Helper()
 	var rows, mine []api.OutboxRow
-	n.mustJSON(&rows, "outbox")
+	n.mustJSON(&rows, "outbox", "--all", "--limit", "0")
 	for _, r := range rows {
 		if r.MsgID == id {
 			mine = append(mine, r)

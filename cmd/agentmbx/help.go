@@ -41,8 +41,9 @@ var examples = map[string]string{
 	"agentmbx read": `  agentmbx read --as bob 01KBN3V4Q0X5J8Y9Z0A1B2C3D4`,
 	"agentmbx ack":  `  agentmbx ack --as bob 01KBN3V4Q0X5J8Y9Z0A1B2C3D4 --note thanks`,
 	"agentmbx sent": `  agentmbx sent 01KBN3V4Q0X5J8Y9Z0A1B2C3D4`,
-	"agentmbx outbox": `  agentmbx outbox
-  agentmbx outbox --json`,
+	"agentmbx outbox": `  agentmbx outbox                        # the rows still waiting, and why
+  agentmbx outbox --state rejected,expired --limit 10
+  agentmbx outbox --all --limit 0 --json  # every row`,
 	"agentmbx agents": `  agentmbx agents`,
 	"agentmbx agents add": `  agentmbx agents add alice
   agentmbx agents add carol --role reviewer`,

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+
+	"github.com/agentmbx/agentmbx/api"
 )
 
 // TestE2EOutboxRetry: a row in backoff for a stopped peer is made due now through the daemon
@@ -62,6 +64,15 @@ func TestE2EOutboxRetry(t *testing.T) {
 	})
 	if r := a.run("outbox", "retry", id); r.code != 1 {
 		t.Fatalf("retry of a delivered message: exit %d, want 1\n%s", r.code, r.stderr)
+	}
+	// Listing through the daemon: the finished row is hidden unless asked for.
+	if r := a.run("outbox"); r.code != 0 || r.stdout != "nothing waiting in the outbox; 1 finished rows (--all lists them)\n" {
+		t.Fatalf("outbox through the daemon: exit %d, %q", r.code, r.stdout)
+	}
+	var done []api.OutboxRow
+	a.mustJSON(&done, "outbox", "--state", "done", "--limit", "5")
+	if len(done) != 1 || done[0].MsgID != id || done[0].Waiting != "" {
+		t.Fatalf("outbox --state done through the daemon = %+v", done)
 	}
 
 	// Without a daemon: the store directly; a new row is due already and waits for the daemon.

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"strconv"
 
 	"github.com/spf13/cobra"
 
@@ -57,48 +56,4 @@ back; and the outbox row of each remote host.`,
 	addHomeFlag(cmd, &home)
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print as JSON")
 	return cmd
-}
-
-func newOutboxCmd() *cobra.Command {
-	var (
-		home   string
-		asJSON bool
-	)
-	cmd := &cobra.Command{
-		Use:   "outbox [--json]",
-		Short: "List the outbox: one row per message and remote host",
-		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			return withConn(cmd, home, func(ctx context.Context, c *conn) error {
-				rows, err := c.Outbox(ctx)
-				if err != nil {
-					return err
-				}
-				if asJSON {
-					if rows == nil {
-						rows = []api.OutboxRow{}
-					}
-					return printJSON(cmd.OutOrStdout(), rows)
-				}
-				if len(rows) == 0 {
-					_, err := fmt.Fprintln(cmd.OutOrStdout(), "the outbox is empty")
-					return err
-				}
-				return outboxTable(cmd.OutOrStdout(), rows)
-			})
-		},
-	}
-	addHomeFlag(cmd, &home)
-	cmd.Flags().BoolVar(&asJSON, "json", false, "print the rows as a JSON array")
-	cmd.AddCommand(newOutboxRetryCmd())
-	return cmd
-}
-
-func outboxTable(w interface{ Write([]byte) (int, error) }, rows []api.OutboxRow) error {
-	out := make([][]string, 0, len(rows))
-	for _, r := range rows {
-		out = append(out, []string{r.MsgID, r.Host, r.State, r.Transport, strconv.Itoa(r.Attempts), r.NextAt, r.LastError})
-	}
-	// LAST_ERROR is last so that it can be shown whole: a cut error hides its cause.
-	return tableFullLast(w, []string{"MSG_ID", "HOST", "STATE", "TRANSPORT", "ATTEMPTS", "NEXT_AT", "LAST_ERROR"}, out, true)
 }

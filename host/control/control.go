@@ -54,6 +54,7 @@ var routes = map[string]map[string]route{
 	"/v1/outbox": {http.MethodGet: (*handler).outbox},
 
 	"/v1/outbox/retry": {http.MethodPost: (*handler).outboxRetry},
+	"/v1/outbox/page":  {http.MethodGet: (*handler).outboxPage},
 	"/v1/agents":       {http.MethodGet: (*handler).agents, http.MethodPost: (*handler).addAgent},
 	"/v1/peers":        {http.MethodGet: (*handler).peers, http.MethodPost: (*handler).addPeer, http.MethodDelete: (*handler).removePeer},
 	"/v1/wait":         {http.MethodGet: (*handler).wait},

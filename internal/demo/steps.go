@@ -296,7 +296,7 @@ func (d *run) restoreDrill(ctx context.Context) error {
 // waitRelayAccepted waits until h's outbox rows of ids are relay-accepted.
 func (d *run) waitRelayAccepted(ctx context.Context, h *hostProc, ids []string) error {
 	return poll(ctx, "the relay to accept the new mail", func() (bool, string, error) {
-		out, err := d.must(ctx, "outbox", "--json", "--home", h.home)
+		out, err := d.must(ctx, "outbox", "--all", "--limit", "0", "--json", "--home", h.home)
 		if err != nil {
 			return false, "", err
 		}
