@@ -195,6 +195,11 @@ type Peer struct {
 	Fingerprint string `json:"fingerprint"`
 	EncPub      string `json:"enc_pub"`
 	Addr        string `json:"addr,omitempty"`
+	// RetiredFingerprints are the fingerprints of the host keys the peer rotated away from
+	// (still valid for what it signed before), oldest first.
+	RetiredFingerprints []string `json:"retired_fingerprints,omitempty"`
+	// RotatedAt is when the peer's last applied key rotation was signed ("" for none).
+	RotatedAt string `json:"rotated_at,omitempty"`
 }
 
 // Status describes a host.
@@ -212,6 +217,8 @@ type Status struct {
 	OutboxDue int    `json:"outbox_active"`
 	// Version is the agentmbx build that answered (the daemon's, over the socket).
 	Version string `json:"version,omitempty"`
+	// Rotation is the progress of this host's last key rotation (nil when it never rotated).
+	Rotation *Rotation `json:"rotation,omitempty"`
 }
 
 // Error is the body of a failed control-socket request.

@@ -128,10 +128,14 @@ func RunDaemon(ctx context.Context, dir string, opts DaemonOptions) (err error) 
 	go func() {
 		defer close(loopDone)
 		var wg sync.WaitGroup
-		wg.Add(1)
+		wg.Add(2)
 		go func() {
 			defer wg.Done()
 			h.runRelay(loopCtx, tick, relayWait)
+		}()
+		go func() {
+			defer wg.Done()
+			h.runRotation(loopCtx) // this host's key rotation, when one is not done
 		}()
 		h.runOutbox(loopCtx, tick)
 		wg.Wait()

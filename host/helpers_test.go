@@ -47,7 +47,7 @@ type gate struct {
 
 func (g *gate) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	g.mu.Lock()
-	down, drop := g.down, g.dropNext > 0
+	down, drop, next := g.down, g.dropNext > 0, g.next
 	if drop {
 		g.dropNext--
 	}
@@ -57,7 +57,7 @@ func (g *gate) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if drop {
-		g.next.ServeHTTP(discardWriter{h: http.Header{}}, r)
+		next.ServeHTTP(discardWriter{h: http.Header{}}, r)
 		hj, ok := w.(http.Hijacker)
 		if !ok {
 			panic("no hijacker")
@@ -68,8 +68,11 @@ func (g *gate) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		return
 	}
-	g.next.ServeHTTP(w, r)
+	next.ServeHTTP(w, r)
 }
+
+// setNext puts another handler behind the gate (a host opened again).
+func (g *gate) setNext(h http.Handler) { g.mu.Lock(); g.next = h; g.mu.Unlock() }
 
 func (g *gate) setDown(v bool) { g.mu.Lock(); g.down = v; g.mu.Unlock() }
 func (g *gate) drop(n int)     { g.mu.Lock(); g.dropNext = n; g.mu.Unlock() }

@@ -69,6 +69,7 @@ type Host struct {
 	kick chan struct{}    // wakes the outbox loop (buffered, 1)
 	rl   relayRuntime     // the relay in use (relay.go)
 	pair *pairing.Service // LAN pairing (socket.go)
+	rot  rotationRuntime  // this host's own key rotation (rotate.go)
 	ops  opsCounters      // counters and the readiness probe (ops.go)
 
 	mu       sync.Mutex
@@ -133,6 +134,15 @@ func Open(dir string, opts *Options) (*Host, error) {
 		}
 		return nil, fmt.Errorf("host: open %s: %w", dir, err)
 	}
+	// A rotation whose keys were not swapped yet (a crash in PrepareRotation) is finished first.
+	if err := finishSwap(dir, db); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("host: open %s: rotation: %w", dir, err)
+	}
+	if hk, ek, retired, err = readKeys(dir); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("host: open %s: %w", dir, err)
+	}
 	h := &Host{
 		dir: dir, key: hk, enc: ek, retired: retired, db: db,
 		clock: o.Clock, rand: o.Rand, ulids: mbx.NewULIDs(o.Rand), log: o.Logger, client: o.HTTPClient,
@@ -167,6 +177,10 @@ func Open(dir string, opts *Options) (*Host, error) {
 		return nil, fmt.Errorf("host: open %s: %w", dir, err)
 	}
 	if h.rpos, err = inbox.Open(db, h.quar, &inbox.Options{Clock: o.Clock, Logger: o.Logger}); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("host: open %s: %w", dir, err)
+	}
+	if err := h.initRotation(); err != nil {
 		db.Close()
 		return nil, fmt.Errorf("host: open %s: %w", dir, err)
 	}

@@ -20,6 +20,7 @@ func (h *Host) LANMux() *http.ServeMux { return h.lanSrv.Mux() }
 
 func (h *Host) newLAN() {
 	h.lanSrv = lan.NewServer(lanHost{h}, lan.ServerOptions{Clock: h.clock, Logger: h.log, Version: version.String()})
+	h.lanSrv.HandleRotations(lanHost{h})
 	h.senders = map[outbox.Transport]outbox.Sender{outbox.TransportLAN: lan.NewTransport(lan.TransportConfig{
 		Identity: h, HTTPClient: h.client, Clock: h.clock, Port: h.lanPortHint})}
 }

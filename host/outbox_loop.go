@@ -14,7 +14,6 @@ import (
 	"github.com/agentmbx/agentmbx/internal/logkey"
 	"github.com/agentmbx/agentmbx/mbx"
 	"github.com/agentmbx/agentmbx/outbox"
-	"github.com/agentmbx/agentmbx/relaylink"
 )
 
 // The outbox loop.
@@ -258,7 +257,7 @@ func (h *Host) record(ctx context.Context, host string, rows []outbox.Row, out [
 				if cur, err = ob.Get(r.Key()); err != nil {
 					break
 				}
-				if verr := relaylink.VerifyAcceptance(cur, o, h.key.PublicKey()); verr != nil {
+				if verr := h.verifyOwnAcceptance(cur, o); verr != nil {
 					h.log.Warn("relay accept statement refused", logkey.Row, r.Key().String(), logkey.Err, verr)
 					row, err = ob.MarkAttemptFailed(r.Key(), tr, fmt.Errorf("relay accept statement refused: %w", verr))
 					break

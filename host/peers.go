@@ -23,12 +23,18 @@ type PeerRecord struct {
 	RetiredKeys    []string  `json:"retired_keys,omitempty"`
 	RetiredEncKeys []string  `json:"retired_enc_keys,omitempty"`
 	AddedAt        time.Time `json:"added_at"`
+	// RotatedAt is the iat of the peer's last host key rotation this host applied ("" for none).
+	RotatedAt string `json:"rotated_at,omitempty"`
 }
 
 // API is the record as api.Peer.
 func (p PeerRecord) API() api.Peer {
-	return api.Peer{Host: p.Host, HostPubkey: p.HostPubkey, Fingerprint: mbx.Fingerprint(p.HostPubkey),
-		EncPub: p.EncPub, Addr: p.Addr}
+	out := api.Peer{Host: p.Host, HostPubkey: p.HostPubkey, Fingerprint: mbx.Fingerprint(p.HostPubkey),
+		EncPub: p.EncPub, Addr: p.Addr, RotatedAt: p.RotatedAt}
+	for _, k := range p.RetiredKeys {
+		out.RetiredFingerprints = append(out.RetiredFingerprints, mbx.Fingerprint(k))
+	}
+	return out
 }
 
 // keyFor returns the current or retired host key of p whose fingerprint is fp, or "".
@@ -81,72 +87,88 @@ func (h *Host) PinPeer(p PeerRecord) error {
 	if p.AddedAt.IsZero() {
 		p.AddedAt = h.clock().UTC()
 	}
-	rebind, released := false, 0
+	released := 0
 	err := h.db.Update(func(tx *bbolt.Tx) error {
-		rebind, released = false, 0
-		b := tx.Bucket(bucketPeers)
-		err := b.ForEach(func(k, _ []byte) error {
-			if string(k) == p.Host {
-				return nil
-			}
-			var o PeerRecord
-			if _, err := getJSON(b, k, &o); err != nil {
-				return err
-			}
-			if o.HostPubkey == p.HostPubkey || slices.Contains(o.RetiredKeys, p.HostPubkey) {
-				return fmt.Errorf("%w (%s)", ErrPeerKeyInUse, o.Host)
-			}
-			return nil
-		})
-		if err != nil {
-			return err
-		}
-		var old PeerRecord
-		found, err := getJSON(b, []byte(p.Host), &old)
-		if err != nil {
-			return err
-		}
-		if found {
-			if old.HostPubkey != p.HostPubkey {
-				if !slices.Contains(p.RetiredKeys, old.HostPubkey) {
-					return fmt.Errorf("host: pin peer %s: %w (pinned %s, offered %s)", p.Host, ErrPeerKeyMismatch,
-						mbx.Fingerprint(old.HostPubkey), mbx.Fingerprint(p.HostPubkey))
-				}
-				rebind = true
-			}
-			p.RetiredKeys = mergeKeys(old.RetiredKeys, p.RetiredKeys, p.HostPubkey)
-			if old.EncPub != p.EncPub {
-				p.RetiredEncKeys = append(p.RetiredEncKeys, old.EncPub)
-			}
-			p.RetiredEncKeys = mergeKeys(old.RetiredEncKeys, p.RetiredEncKeys, p.EncPub)
-			if p.Addr == "" {
-				p.Addr = old.Addr
-			}
-			p.AddedAt = old.AddedAt
-		}
-		if err := putJSON(b, []byte(p.Host), p); err != nil {
-			return err
-		}
-		if rebind {
-			if _, err := h.ob.In(tx).RebindHost(p.Host, p.HostPubkey); err != nil {
-				return err
-			}
-		}
-		// Relay items held only because this host was not paired yet are taken now.
-		released, err = h.releaseQuarantineTx(tx, p.HostPubkey)
+		var err error
+		released, err = h.pinPeerTx(tx, &p)
 		return err
 	})
 	if err != nil {
 		return fmt.Errorf("host: pin peer %s: %w", p.Host, err)
 	}
 	h.log.Info("peer pinned", logkey.Peer, p.Host, logkey.Fingerprint, mbx.Fingerprint(p.HostPubkey), logkey.Addr, p.Addr)
-	poke(h.rl.keep) // the relay's sender allowlist names the peers
+	h.afterPin(released)
+	return nil
+}
+
+// afterPin tells the daemon that a peer was pinned: the relay's sender allowlist names the
+// peers, and released quarantined items or rebound rows may be due.
+func (h *Host) afterPin(released int) {
+	poke(h.rl.keep)
 	if released > 0 {
 		h.Wake()
 	} else {
 		h.kickOutbox()
 	}
-	return nil
+}
+
+// pinPeerTx is PinPeer's transaction (p validated, AddedAt set); it returns how many
+// quarantined relay items it released.
+func (h *Host) pinPeerTx(tx *bbolt.Tx, p *PeerRecord) (int, error) {
+	rebind := false
+	b := tx.Bucket(bucketPeers)
+	err := b.ForEach(func(k, _ []byte) error {
+		if string(k) == p.Host {
+			return nil
+		}
+		var o PeerRecord
+		if _, err := getJSON(b, k, &o); err != nil {
+			return err
+		}
+		if o.HostPubkey == p.HostPubkey || slices.Contains(o.RetiredKeys, p.HostPubkey) {
+			return fmt.Errorf("%w (%s)", ErrPeerKeyInUse, o.Host)
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, err
+	}
+	var old PeerRecord
+	found, err := getJSON(b, []byte(p.Host), &old)
+	if err != nil {
+		return 0, err
+	}
+	if found {
+		if old.HostPubkey != p.HostPubkey {
+			if !slices.Contains(p.RetiredKeys, old.HostPubkey) {
+				return 0, fmt.Errorf("%w (pinned %s, offered %s)", ErrPeerKeyMismatch,
+					mbx.Fingerprint(old.HostPubkey), mbx.Fingerprint(p.HostPubkey))
+			}
+			rebind = true
+		}
+		p.RetiredKeys = mergeKeys(old.RetiredKeys, p.RetiredKeys, p.HostPubkey)
+		if old.EncPub != p.EncPub {
+			p.RetiredEncKeys = append(p.RetiredEncKeys, old.EncPub)
+		}
+		p.RetiredEncKeys = mergeKeys(old.RetiredEncKeys, p.RetiredEncKeys, p.EncPub)
+		if p.Addr == "" {
+			p.Addr = old.Addr
+		}
+		if p.RotatedAt == "" {
+			p.RotatedAt = old.RotatedAt
+		}
+		p.AddedAt = old.AddedAt
+	}
+	if err := putJSON(b, []byte(p.Host), p); err != nil {
+		return 0, err
+	}
+	if rebind {
+		if _, err := h.ob.In(tx).RebindHost(p.Host, p.HostPubkey); err != nil {
+			return 0, err
+		}
+	}
+	// Relay items held only because this host was not paired yet are taken now.
+	return h.releaseQuarantineTx(tx, p.HostPubkey)
 }
 
 // mergeKeys returns the union of a and b in order, without current.

@@ -187,6 +187,9 @@ type relayLink struct {
 func (h *Host) relayLink() (*relayLink, error) {
 	h.rl.mu.Lock()
 	defer h.rl.mu.Unlock()
+	if h.rot.gate.Load() {
+		return nil, ErrRelayRotating
+	}
 	if h.rl.link != nil {
 		return h.rl.link, nil
 	}

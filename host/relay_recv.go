@@ -74,6 +74,9 @@ func causeOf(reason string) quarantine.Cause {
 
 func (rh relayHandler) HandleEnvelope(tx *bbolt.Tx, it inbox.Item) (inbox.Verdict, error) {
 	h := rh.h
+	if mbx.IsRotationNotice(it.Wire) {
+		return h.handleRotationNotice(tx, it.ItemID, it.Sender, it.Wire)
+	}
 	peer, ok, err := senderPeerTx(tx, it.Sender)
 	if err != nil {
 		return inbox.Verdict{}, err

@@ -1,0 +1,356 @@
+package host
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"maps"
+	"net/http"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/agentmbx/agentmbx/internal/testkit"
+	"github.com/agentmbx/agentmbx/lan"
+	"github.com/agentmbx/agentmbx/mbx"
+	"github.com/agentmbx/agentmbx/outbox"
+)
+
+// rotate rotates th's host key as `agentmbx id rotate` does: the host is closed, PrepareRotation
+// runs on its home, and the host opens again (its LAN server keeps its address).
+func (th *testHost) rotate() mbx.SignedRotation {
+	th.t.Helper()
+	if err := th.Host.Close(); err != nil {
+		th.t.Fatal(err)
+	}
+	seed := uint64(len(th.name))<<8 | uint64(th.name[0]) + 1000
+	s, err := PrepareRotation(th.dir, RotateOptions{Rand: testkit.Rand(seed), Clock: th.clock.Now})
+	if err != nil {
+		th.t.Fatalf("%s: PrepareRotation: %v", th.name, err)
+	}
+	th.reopen()
+	if th.key.PublicKey() != s.Rec.NewPub || th.enc.PublicKey() != s.Rec.NewEncPub {
+		th.t.Fatalf("%s: reopened with %s, want the rotation's new key", th.name, th.key.Fingerprint())
+	}
+	return s
+}
+
+// reopen opens th's home again (after a Close) behind the same LAN address.
+func (th *testHost) reopen() {
+	th.t.Helper()
+	seed := uint64(len(th.name))<<8 | uint64(th.name[0]) + 2000
+	h, err := Open(th.dir, &Options{Clock: th.clock.Now, Rand: testkit.Rand(seed), Jitter: noJitter,
+		Logger: testLogger(th.t).With("host", th.name), HTTPClient: &http.Client{Timeout: 10 * time.Second}})
+	if err != nil {
+		th.t.Fatalf("%s: Open: %v", th.name, err)
+	}
+	th.Host = h
+	th.gate.setNext(h.LANMux())
+	th.t.Cleanup(func() { h.Close() })
+}
+
+// finishRotation runs th's rotation steps until they are done.
+func (th *testHost) finishRotation() {
+	th.t.Helper()
+	for i := 0; i < 5; i++ {
+		done, err := th.continueRotation(context.Background())
+		if done {
+			return
+		}
+		th.t.Logf("%s: rotation not done yet: %v", th.name, err)
+	}
+	st, _ := th.loadRotation()
+	th.t.Fatalf("%s: rotation not done after 5 runs: %+v", th.name, st)
+}
+
+// checkRotated checks that th pins peer's rotation: the new keys current, the old one retired.
+func (th *testHost) checkRotated(peer string, s mbx.SignedRotation) {
+	th.t.Helper()
+	p, err := th.Peer(peer)
+	if err != nil {
+		th.t.Fatal(err)
+	}
+	if p.HostPubkey != s.Rec.NewPub || p.EncPub != s.Rec.NewEncPub || !slices.Contains(p.RetiredKeys, s.Rec.OldPub) || p.RotatedAt != s.Rec.IAT {
+		th.t.Fatalf("%s pins %s as %+v, want the rotation to %s applied", th.name, peer, p, mbx.Fingerprint(s.Rec.NewPub))
+	}
+	if ap := p.API(); ap.RotatedAt == "" || !slices.Contains(ap.RetiredFingerprints, mbx.Fingerprint(s.Rec.OldPub)) {
+		th.t.Errorf("peers shows %+v, want the retired fingerprint and the rotation time", ap)
+	}
+}
+
+// allDone checks that every outbox row of th ended done.
+func (th *testHost) allDone() {
+	th.t.Helper()
+	for _, r := range th.rows() {
+		if r.State != outbox.StateDone {
+			th.t.Errorf("%s: row %s is %s (%s), want done", th.name, r.Key(), r.State, r.LastError)
+		}
+	}
+}
+
+func signedJSON(t *testing.T, s mbx.SignedRotation) []byte {
+	t.Helper()
+	b, err := json.Marshal(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// TestRotationLAN: alpha rotates while mail waits both ways over the LAN. Beta learns the new key
+// from POST /v1/rotate, nothing is lost or duplicated, and the receipt alpha signed with its old
+// key before the rotation still settles at beta.
+func TestRotationLAN(t *testing.T) {
+	clock := newClock()
+	a, b := newTestHost(t, "alpha", clock), newTestHost(t, "beta", clock)
+	pairAll(t, a, b)
+	ctx := context.Background()
+	first := a.send("alice", []string{"bob@beta"}, "before", "before the rotation")
+	settle(t, a, b)
+
+	// Beta's LAN goes down: alpha's receipt for beta's next message and alpha's next message
+	// wait, both signed with the old key.
+	b.gate.setDown(true)
+	fromB := b.send("bob", []string{"alice@alpha"}, "to alpha", "sealed to alpha's old enc key")
+	fromA := a.send("alice", []string{"bob@beta"}, "waiting", "signed with alpha's old key")
+	settle(t, a, b)
+	if a.copies("alice", fromB.ID) != 1 {
+		t.Fatal("alpha did not get beta's message")
+	}
+
+	s := a.rotate()
+	// Beta does not know yet: its mail is sealed to alpha's old enc key, which alpha kept.
+	during := b.send("bob", []string{"alice@alpha"}, "during", "beta still pins the old key")
+	b.gate.setDown(false)
+	settle(t, a, b)
+	if a.copies("alice", during.ID) != 1 {
+		t.Fatal("alpha did not open mail sealed to its retired enc key")
+	}
+	a.finishRotation()
+	b.checkRotated("alpha", s)
+	st, _ := a.loadRotation()
+	if st.Peers["beta"].LAN != "applied" || st.Done == "" {
+		t.Fatalf("alpha's rotation record = %+v %+v", st, st.Peers["beta"])
+	}
+
+	clock.Advance(time.Hour) // past every backoff
+	after := a.send("alice", []string{"bob@beta"}, "after", "signed with the new key")
+	settle(t, a, b)
+	for _, m := range []struct {
+		h     *testHost
+		agent string
+		id    string
+	}{{b, "bob", first.ID}, {b, "bob", fromA.ID}, {b, "bob", after.ID}, {a, "alice", fromB.ID}, {a, "alice", during.ID}} {
+		if n := m.h.copies(m.agent, m.id); n != 1 {
+			t.Errorf("%s has %d copies of %s, want 1", m.h.name, n, m.id)
+		}
+	}
+	settle(t, a, b) // the notified receipts the copies check just made
+	a.allDone()     // the old-signed receipt for fromB included
+	b.allDone()
+
+	t.Run("replay changes nothing", func(t *testing.T) {
+		before := b.counts()
+		applied, err := lan.PostRotation(ctx, http.DefaultClient, b.addr, signedJSON(t, s))
+		if err != nil || applied {
+			t.Fatalf("replay = %v, %v; want taken, not applied", applied, err)
+		}
+		if got := b.counts(); !maps.Equal(got, before) {
+			t.Errorf("counts %v, want %v", got, before)
+		}
+		b.checkRotated("alpha", s)
+	})
+}
+
+// TestRotationRelayOnly: alpha and beta reach each other only through the relay. Alpha rotates
+// with mail queued both ways, a row of beta's relay-accepted and awaiting its receipt, and a
+// receipt alpha signed with its old key not pushed yet. Beta learns the rotation from the relay
+// notice, every row settles, nothing is lost or duplicated, and the relay moved alpha's queue.
+func TestRotationRelayOnly(t *testing.T) {
+	a, b, r := relayPair(t, mbx.Limits{})
+	ctx := context.Background()
+	m0 := a.send("alice", []string{"bob@beta"}, "hello", "before")
+	flow(t, a, b)
+
+	b1 := b.send("bob", []string{"alice@alpha"}, "b1", "pulled before the rotation")
+	a1 := a.send("alice", []string{"bob@beta"}, "a1", "pushed before the rotation")
+	for _, h := range []*testHost{a, b} {
+		if _, err := h.pass(ctx, true); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if a.pull() != 1 {
+		t.Fatal("alpha did not pull b1")
+	}
+	a.inbox("alice", false) // notified: alpha's receipts, signed with the old key, wait unpushed
+	b2 := b.send("bob", []string{"alice@alpha"}, "b2", "queued for alpha's old key")
+	if _, err := b.pass(ctx, true); err != nil {
+		t.Fatal(err)
+	}
+	if s := b.rowState(b2.ID, "alpha"); s != outbox.StateRelayAccepted {
+		t.Fatalf("b2 is %s, want relay-accepted", s)
+	}
+	oldA := a.key.PublicKey()
+
+	s := a.rotate()
+	if _, err := a.relayLink(); !errors.Is(err, ErrRelayRotating) {
+		t.Fatalf("relay link during the rotation = %v, want ErrRelayRotating", err)
+	}
+	a.finishRotation()
+	st, _ := a.loadRotation()
+	if st.Relay.Moved < 1 || st.Relay.Checked == "" || !st.Peers["beta"].noticed() {
+		t.Fatalf("alpha's rotation: relay %+v, beta %+v", st.Relay, st.Peers["beta"])
+	}
+
+	// Beta still pins the old key: its push to it is refused as revoked, and the row waits.
+	b3 := b.send("bob", []string{"alice@alpha"}, "b3", "pushed to the revoked key")
+	if _, err := b.pass(ctx, true); err != nil {
+		t.Fatal(err)
+	}
+	row := b.row(b3.ID, "alpha")
+	if row.State != outbox.StatePending || row.HostKey != oldA || !strings.Contains(row.LastError, "revoked") {
+		t.Fatalf("b3 after a push to the revoked key = %s %q, want pending and the reason", row.State, row.LastError)
+	}
+
+	b.pull() // the notice (and alpha's receipts, signed with the old key)
+	b.checkRotated("alpha", s)
+	for _, id := range []string{b2.ID, b3.ID} {
+		if row := b.row(id, "alpha"); row.HostKey != s.Rec.NewPub {
+			t.Errorf("beta's row %s (%s) is bound to %s, want the new key", id, row.State, mbx.Fingerprint(row.HostKey))
+		}
+	}
+	if got := b.rowState(b1.ID, "alpha"); got != outbox.StateDone {
+		t.Errorf("b1 is %s: alpha's old-signed receipt did not settle it", got)
+	}
+
+	r.clock.Advance(time.Hour) // past every backoff
+	a4 := a.send("alice", []string{"bob@beta"}, "a4", "signed with the new key")
+	flow(t, a, b)
+	for _, m := range []struct {
+		h     *testHost
+		agent string
+		id    string
+	}{{b, "bob", m0.ID}, {b, "bob", a1.ID}, {b, "bob", a4.ID}, {a, "alice", b1.ID}, {a, "alice", b2.ID}, {a, "alice", b3.ID}} {
+		if n := m.h.copies(m.agent, m.id); n != 1 {
+			t.Errorf("%s has %d copies of %s, want 1", m.h.name, n, m.id)
+		}
+	}
+	flow(t, a, b) // the notified receipts the copies check just made
+	a.allDone()
+	b.allDone()
+	if st, _ := b.RelayStatus(ctx); st.Quarantined != 0 {
+		t.Errorf("beta quarantined %d items", st.Quarantined)
+	}
+}
+
+// TestApplyRotationRefused: records that do not move the pinned key on are refused, over the API
+// and over the LAN (409), and change nothing; replays of applied records are no-ops.
+func TestApplyRotationRefused(t *testing.T) {
+	clock := newClock()
+	a, b := newTestHost(t, "alpha", clock), newTestHost(t, "beta", clock)
+	pairAll(t, a, b)
+	a.send("alice", []string{"bob@beta"}, "hi", "a row and a mailbox entry")
+	settle(t, a, b)
+	ctx := context.Background()
+	old := a.key
+	next, _ := mbx.GenerateSigningKey(testkit.Rand(901))
+	stranger, _ := mbx.GenerateSigningKey(testkit.Rand(902))
+	enc, _ := mbx.GenerateEncKey(testkit.Rand(903))
+	now := clock.Now()
+	sign := func(host string, from, to mbx.SigningKey, at time.Time) []byte {
+		s, err := mbx.SignRotation(host, from, to, enc.PublicKey(), at)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return signedJSON(t, s)
+	}
+	swapSig := func(rec []byte, field string, with mbx.SigningKey) []byte {
+		var m map[string]any
+		if err := json.Unmarshal(rec, &m); err != nil {
+			t.Fatal(err)
+		}
+		in, _ := mbx.CanonicalJSON(mustJSON(t, m["rec"]))
+		m[field] = with.Sign(in)
+		return mustJSON(t, m)
+	}
+	valid := sign("alpha", old, next, now)
+	refused := map[string][]byte{
+		"from a key beta never pinned": sign("alpha", stranger, next, now),
+		"old signature by another key": swapSig(valid, "old_sig", stranger),
+		"new signature by another key": swapSig(valid, "new_sig", stranger),
+		"an unpaired host":             sign("gamma", old, next, now),
+		"iat an hour ahead":            sign("alpha", old, next, now.Add(time.Hour)),
+		"to beta's own key":            sign("alpha", old, b.key, now),
+		"not JSON":                     []byte("{"),
+		"oversized":                    []byte(`{"rec":{"host":"alpha"},"pad":"` + strings.Repeat("x", MaxRotationBytes) + `"}`),
+	}
+	pinned, _ := b.Peer("alpha")
+	before := b.counts()
+	for name, rec := range refused {
+		t.Run(name, func(t *testing.T) {
+			if _, err := b.ApplyRotation(ctx, rec); !errors.Is(err, ErrRotationRefused) {
+				t.Errorf("ApplyRotation = %v, want ErrRotationRefused", err)
+			}
+			if len(rec) <= mbx.RelaySmallBodyMax-64 {
+				_, err := lan.PostRotation(ctx, http.DefaultClient, b.addr, rec)
+				if name != "not JSON" && !errors.Is(err, lan.ErrRotationNotTaken) {
+					t.Errorf("over the LAN = %v, want not taken", err)
+				}
+			}
+			if p, _ := b.Peer("alpha"); p.HostPubkey != pinned.HostPubkey || len(p.RetiredKeys) != 0 {
+				t.Errorf("peer changed to %+v", p)
+			}
+		})
+	}
+	if got := b.counts(); !maps.Equal(got, before) {
+		t.Errorf("counts %v after refusals, want %v", got, before)
+	}
+
+	res, err := b.ApplyRotation(ctx, valid)
+	if err != nil || !res.Applied {
+		t.Fatalf("valid rotation = %+v, %v", res, err)
+	}
+	third, _ := mbx.GenerateSigningKey(testkit.Rand(904))
+	second := sign("alpha", next, third, now.Add(time.Minute))
+	if res, err := b.ApplyRotation(ctx, second); err != nil || !res.Applied {
+		t.Fatalf("second rotation = %+v, %v", res, err)
+	}
+	after := b.counts()
+	for name, rec := range map[string][]byte{"the last one": second, "an older one": valid} {
+		if res, err := b.ApplyRotation(ctx, rec); err != nil || res.Applied {
+			t.Errorf("replay of %s = %+v, %v; want a no-op", name, res, err)
+		}
+	}
+	if got := b.counts(); !maps.Equal(got, after) {
+		t.Errorf("counts %v after replays, want %v", got, after)
+	}
+	t.Run("a retired key cannot branch off", func(t *testing.T) {
+		if _, err := b.ApplyRotation(ctx, sign("alpha", old, stranger, now.Add(2*time.Minute))); !errors.Is(err, ErrRotationRefused) {
+			t.Errorf("rotation from a retired key = %v, want refused", err)
+		}
+	})
+	t.Run("an old card cannot roll the pin back", func(t *testing.T) {
+		if err := b.PinPeer(PeerRecord{Host: "alpha", HostPubkey: old.PublicKey(), EncPub: a.enc.PublicKey()}); !errors.Is(err, ErrPeerKeyMismatch) {
+			t.Errorf("pin of the old key = %v, want ErrPeerKeyMismatch", err)
+		}
+	})
+	p, _ := b.Peer("alpha")
+	if p.HostPubkey != third.PublicKey() || !slices.Equal(p.RetiredKeys, []string{old.PublicKey(), next.PublicKey()}) {
+		t.Errorf("peer = %+v, want the chain old → next → third", p)
+	}
+	for _, r := range b.rows() {
+		if r.State.Active() && r.HostKey != third.PublicKey() {
+			t.Errorf("active row %s still bound to %s", r.Key(), mbx.Fingerprint(r.HostKey))
+		}
+	}
+}
+
+func mustJSON(t *testing.T, v any) []byte {
+	t.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
