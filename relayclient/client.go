@@ -18,6 +18,7 @@ import (
 
 	"github.com/hashicorp/go-retryablehttp"
 
+	"github.com/agentmbx/agentmbx/internal/logkey"
 	"github.com/agentmbx/agentmbx/mbx"
 )
 
@@ -188,8 +189,8 @@ func (c *Client) stop(served string) error {
 	defer c.mu.Unlock()
 	if c.stopped == nil {
 		c.stopped = &KeyChangedError{URL: c.pin.URL, Pinned: c.pin.Fingerprint(), Served: mbx.Fingerprint(served)}
-		c.log.Warn("relay key changed: relay use stopped", "relay", c.pin.URL,
-			"pinned", c.pin.Fingerprint(), "served", mbx.Fingerprint(served))
+		c.log.Warn("relay key changed: relay use stopped", logkey.Relay, c.pin.URL,
+			logkey.Pinned, c.pin.Fingerprint(), logkey.Served, mbx.Fingerprint(served))
 	}
 	return c.stopped
 }
@@ -258,7 +259,7 @@ func send(ctx context.Context, s *settings, base string, r request, sign func(me
 	pol := &retryPolicy{deadline: deadline, now: time.Now}
 	resp, err := retryClient(s.hc, retries, pol, hop).Do(req)
 	if pol.attempt > 1 {
-		s.log.Debug("relay request retried", "op", r.op, "attempts", pol.attempt)
+		s.log.Debug("relay request retried", logkey.Op, r.op, logkey.Attempts, pol.attempt)
 	}
 	if err != nil {
 		return answer{}, transportError(r.op, err)

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/agentmbx/agentmbx/internal/fsutil"
+	"github.com/agentmbx/agentmbx/internal/logkey"
 )
 
 // RejectRelayQuota is the rejection of an item the relay as a whole has no room for: its limit on
@@ -143,11 +144,12 @@ func diskCapacity(ctx context.Context, store Store, dir string, opt Options) (it
 	free, ok := fsutil.FreeSpace(dir)
 	held, err := store.Totals(ctx)
 	if !ok || err != nil {
-		opt.Logger.Warn("relay-wide capacity: cannot read the free disk space, no limit", "dir", dir)
+		opt.Logger.Warn("relay-wide capacity: cannot read the free disk space, no limit", logkey.Dir, dir)
 		return 0, 0
 	}
 	bytes = held.Bytes + int64(float64(free)*DiskShare/2)
 	items = held.Items + int64(float64(free)*DiskShare/2)/bytesPerItem
-	opt.Logger.Info("relay-wide capacity from the free disk space", "free", free, "max_items", items, "max_bytes", bytes)
+	opt.Logger.Info("relay-wide capacity from the free disk space",
+		logkey.Free, free, logkey.MaxItems, items, logkey.MaxBytes, bytes)
 	return items, bytes
 }

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/agentmbx/agentmbx/internal/logkey"
 	"github.com/agentmbx/agentmbx/mbx"
 )
 
@@ -109,6 +110,8 @@ func (s *Server) handleEnrol(w http.ResponseWriter, r *http.Request) {
 		// the few that were in flight together.
 		s.newEnrolR.allowAll(addr, now)
 	}
-	s.log.Info("host enrolled", "req", RequestID(r.Context()), "host", req.Host, "key", mbx.Fingerprint(req.Pubkey), "by", auth.Name())
+	s.log.Info("host enrolled",
+		logkey.Req, RequestID(r.Context()), logkey.Host, req.Host,
+		logkey.Key, mbx.Fingerprint(req.Pubkey), logkey.By, auth.Name())
 	s.writeJSON(w, http.StatusOK, mbx.OKResponse{OK: true})
 }

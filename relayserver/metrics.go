@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/agentmbx/agentmbx/internal/logkey"
 	"github.com/agentmbx/agentmbx/mbx"
 )
 
@@ -340,7 +341,7 @@ func (c *scrapeCollector) stats() (QueueStats, error) {
 	c.last, c.err = qsr.QueueStats(ctx, c.topN)
 	c.at = now
 	if c.err != nil {
-		c.s.log.Warn("metrics: queue stats failed", "err", c.err)
+		c.s.log.Warn("metrics: queue stats failed", logkey.Err, c.err)
 	}
 	return c.last, c.err
 }

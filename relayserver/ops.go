@@ -10,6 +10,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/agentmbx/agentmbx/internal/logkey"
 )
 
 // HeaderRequestID carries a request's id: taken from the request when it is a short token (a
@@ -118,8 +120,8 @@ func (s *Server) serveObserved(w http.ResponseWriter, r *http.Request) {
 	}
 	took := time.Since(start)
 	s.met.request(s, route, sw.status, took)
-	s.log.Debug("relay request", "req", id, "method", r.Method, "route", route, "status", sw.status,
-		"ms", took.Milliseconds())
+	s.log.Debug("relay request", logkey.Req, id, logkey.Method, r.Method, logkey.Route, route,
+		logkey.Status, sw.status, logkey.MS, took.Milliseconds())
 }
 
 // opsRoutes adds the health endpoints and, with a token, the metrics.
@@ -198,7 +200,7 @@ func (s *Server) probeWrite(ctx context.Context, now time.Time) error {
 	s.ops.probeErr = s.store.Heartbeat(ctx, now)
 	s.ops.probeAt = time.Now()
 	if s.ops.probeErr != nil {
-		s.log.Warn("readiness: the store refused a write", "err", s.ops.probeErr)
+		s.log.Warn("readiness: the store refused a write", logkey.Err, s.ops.probeErr)
 	}
 	return s.ops.probeErr
 }

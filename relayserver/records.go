@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 
+	"github.com/agentmbx/agentmbx/internal/logkey"
 	"github.com/agentmbx/agentmbx/mbx"
 )
 
@@ -197,6 +198,8 @@ func (s *Server) handleRotate(w http.ResponseWriter, r *http.Request) {
 	// Committed: the new key's queue may have grown, and the old key's pulls learn it is revoked.
 	s.polls.wake(rot.Rec.NewPub)
 	s.polls.wake(rot.Rec.OldPub)
-	s.log.Info("host key rotated", "old", mbx.Fingerprint(rot.Rec.OldPub), "new", mbx.Fingerprint(rot.Rec.NewPub), "moved", res.MovedItems)
+	s.log.Info("host key rotated",
+		logkey.Old, mbx.Fingerprint(rot.Rec.OldPub), logkey.New, mbx.Fingerprint(rot.Rec.NewPub),
+		logkey.Moved, res.MovedItems)
 	s.writeJSON(w, http.StatusOK, mbx.RotateResponse{Moved: res.MovedItems})
 }

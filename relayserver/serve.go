@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/agentmbx/agentmbx/internal/fsutil"
+	"github.com/agentmbx/agentmbx/internal/logkey"
 	"github.com/agentmbx/agentmbx/mbx"
 )
 
@@ -166,8 +167,8 @@ func Serve(ctx context.Context, cfg ServeConfig) (err error) {
 		defer ms.Close()
 	}
 	addr := ln.Addr().String()
-	log.Info("relay serving", "addr", addr, "store", where, "key", key, "key_source", src,
-		"epoch", srv.Epoch(), "trust_proxy", opt.TrustProxy)
+	log.Info("relay serving", logkey.Addr, addr, logkey.Store, where, logkey.Key, key, logkey.KeySource, src,
+		logkey.Epoch, srv.Epoch(), logkey.TrustProxy, opt.TrustProxy)
 	if cfg.Ready != nil {
 		cfg.Ready(addr)
 	}
@@ -191,7 +192,7 @@ func Serve(ctx context.Context, cfg ServeConfig) (err error) {
 			return fmt.Errorf("relayserver: serve: %w", err)
 		case <-tick.C:
 			if err := srv.Heartbeat(ctx); err != nil {
-				log.Warn("heartbeat failed", "err", err)
+				log.Warn("heartbeat failed", logkey.Err, err)
 			}
 		case <-ctx.Done():
 			return shutdown(hs, ms, srv, cfg.ShutdownTimeout, log)
@@ -213,7 +214,7 @@ func checkEpoch(ctx context.Context, store Store, now time.Time, log *slog.Logge
 	if r, ok := store.(staleEpochRotator); ok {
 		epoch, rotated, err := r.RotateEpochIfStale(ctx, now, mbx.RelayHeartbeatStale)
 		if err == nil && rotated {
-			log.Warn("store heartbeat is stale (restore or long outage): epoch rotated", "epoch", epoch)
+			log.Warn("store heartbeat is stale (restore or long outage): epoch rotated", logkey.Epoch, epoch)
 		}
 		return err
 	}
@@ -227,7 +228,7 @@ func checkEpoch(ctx context.Context, store Store, now time.Time, log *slog.Logge
 			return err
 		}
 		log.Warn("store heartbeat is stale (restore or long outage): epoch rotated",
-			"heartbeat", meta.Heartbeat, "epoch", epoch)
+			logkey.Heartbeat, meta.Heartbeat, logkey.Epoch, epoch)
 	}
 	return store.Heartbeat(ctx, now)
 }
@@ -251,7 +252,7 @@ func DBLabel(dbURL string) string {
 // sweeper and closes the store, which commits what its writer still holds.
 func shutdown(hs, ms *http.Server, srv *Server, timeout time.Duration, log *slog.Logger) error {
 	start := time.Now()
-	log.Info("relay shutting down", "timeout", timeout)
+	log.Info("relay shutting down", logkey.Timeout, timeout)
 	srv.Shutdown()
 	sctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
@@ -260,12 +261,12 @@ func shutdown(hs, ms *http.Server, srv *Server, timeout time.Duration, log *slog
 		return fmt.Errorf("relayserver: shutdown: requests still running after %s: %w", timeout, err)
 	}
 	if err := srv.Heartbeat(context.Background()); err != nil {
-		log.Warn("final heartbeat failed", "err", err)
+		log.Warn("final heartbeat failed", logkey.Err, err)
 	}
 	if ms != nil {
 		_ = ms.Shutdown(sctx)
 	}
-	log.Info("relay drained", "ms", time.Since(start).Milliseconds())
+	log.Info("relay drained", logkey.MS, time.Since(start).Milliseconds())
 	return nil
 }
 
@@ -286,7 +287,7 @@ func serveMetrics(cfg ServeConfig, srv *Server, errc chan<- error) (*http.Server
 		}
 	}()
 	addr := ln.Addr().String()
-	srv.log.Info("relay metrics serving", "addr", addr)
+	srv.log.Info("relay metrics serving", logkey.Addr, addr)
 	if cfg.MetricsAddrFile != "" {
 		if err := fsutil.WriteFileAtomic(cfg.MetricsAddrFile, []byte(addr+"\n"), 0o600); err != nil {
 			_ = ms.Close()

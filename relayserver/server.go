@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/agentmbx/agentmbx/internal/bodylimit"
+	"github.com/agentmbx/agentmbx/internal/logkey"
 	"github.com/agentmbx/agentmbx/internal/version"
 	"github.com/agentmbx/agentmbx/mbx"
 )
@@ -368,7 +369,7 @@ func (s *Server) writeJSON(w http.ResponseWriter, status int, v any) {
 	enc := json.NewEncoder(buf)
 	enc.SetEscapeHTML(false)
 	if err := enc.Encode(v); err != nil {
-		s.log.Error("encode response", "err", err)
+		s.log.Error("encode response", logkey.Err, err)
 		http.Error(w, `{"error":"internal error"}`, http.StatusInternalServerError)
 		return
 	}
@@ -388,9 +389,13 @@ func writeRawJSON(w http.ResponseWriter, status int, b []byte) {
 func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	status, body := errorResponse(err)
 	if status >= 500 {
-		s.log.Warn("relay request failed", "req", RequestID(r.Context()), "method", r.Method, "path", r.URL.Path, "status", status, "err", err)
+		s.log.Warn("relay request failed",
+			logkey.Req, RequestID(r.Context()), logkey.Method, r.Method, logkey.Path, r.URL.Path,
+			logkey.Status, status, logkey.Err, err)
 	} else {
-		s.log.Debug("relay request refused", "req", RequestID(r.Context()), "method", r.Method, "path", r.URL.Path, "status", status, "err", err)
+		s.log.Debug("relay request refused",
+			logkey.Req, RequestID(r.Context()), logkey.Method, r.Method, logkey.Path, r.URL.Path,
+			logkey.Status, status, logkey.Err, err)
 	}
 	if unread(r) {
 		w.Header().Set("Connection", "close")

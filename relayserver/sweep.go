@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/agentmbx/agentmbx/internal/logkey"
 	"github.com/agentmbx/agentmbx/mbx"
 )
 
@@ -144,15 +145,15 @@ func (s *Server) RunSweeper(ctx context.Context) {
 		for ctx.Err() == nil {
 			rep, err := s.Sweep(ctx)
 			if err != nil {
-				s.log.Warn("retention sweep failed", "err", err)
+				s.log.Warn("retention sweep failed", logkey.Err, err)
 				break
 			}
 			n := rep.Expired.Envelope + rep.Expired.Receipt + rep.Expired.Expired
 			if n > 0 || rep.DedupPruned > 0 {
-				s.log.Info("retention sweep", "expired_envelopes", rep.Expired.Envelope,
-					"expired_receipts", rep.Expired.Receipt, "expired_notices", rep.Expired.Expired,
-					"notices", rep.Notices, "skipped_not_enrolled", rep.NoticesSkipped.NotEnrolled,
-					"skipped_over_cap", rep.NoticesSkipped.OverCap, "dedup_pruned", rep.DedupPruned)
+				s.log.Info("retention sweep", logkey.ExpiredEnvelopes, rep.Expired.Envelope,
+					logkey.ExpiredReceipts, rep.Expired.Receipt, logkey.ExpiredNotices, rep.Expired.Expired,
+					logkey.Notices, rep.Notices, logkey.SkippedNotEnrolled, rep.NoticesSkipped.NotEnrolled,
+					logkey.SkippedOverCap, rep.NoticesSkipped.OverCap, logkey.DedupPruned, rep.DedupPruned)
 			}
 			if n < int64(s.opt.SweepBatch) && rep.DedupPruned < int64(s.opt.SweepBatch) {
 				break

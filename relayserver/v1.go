@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/agentmbx/agentmbx/internal/logkey"
 	"github.com/agentmbx/agentmbx/mbx"
 )
 
@@ -130,7 +131,7 @@ func (s *Server) v1Push(ctx context.Context, caller Enrolment, envs []json.RawMe
 			if errors.As(err, &rj) {
 				res.Error = rj.why
 			} else {
-				s.log.Error("v1 push", "err", err)
+				s.log.Error("v1 push", logkey.Err, err)
 				res.Error = "relay could not store the envelope; retry later"
 			}
 			return res

@@ -16,6 +16,7 @@ import (
 
 	"github.com/agentmbx/agentmbx/host"
 	"github.com/agentmbx/agentmbx/internal/fsutil"
+	"github.com/agentmbx/agentmbx/internal/logkey"
 )
 
 // daemonMetrics is `daemon --metrics-listen`: a private listener with /metrics (agentmbx_daemon_*),
@@ -39,7 +40,7 @@ func (d *daemonMetrics) start(h *host.Host) {
 	ln, err := net.Listen("tcp", d.listen)
 	if err != nil {
 		d.err = fmt.Errorf("daemon: metrics listener: %w", err)
-		d.log.Error("metrics listener", "err", err)
+		d.log.Error("metrics listener", logkey.Err, err)
 		return
 	}
 	reg := prometheus.NewRegistry()
@@ -51,10 +52,10 @@ func (d *daemonMetrics) start(h *host.Host) {
 		ReadTimeout: time.Minute, WriteTimeout: time.Minute}
 	go func() { _ = d.srv.Serve(ln) }()
 	addr := ln.Addr().String()
-	d.log.Info("daemon metrics serving", "addr", addr)
+	d.log.Info("daemon metrics serving", logkey.Addr, addr)
 	if d.addrFile != "" {
 		if err := fsutil.WriteFileAtomic(d.addrFile, []byte(addr+"\n"), 0o600); err != nil {
-			d.log.Error("metrics addr file", "err", err)
+			d.log.Error("metrics addr file", logkey.Err, err)
 		}
 	}
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/agentmbx/agentmbx/internal/logkey"
 	"github.com/agentmbx/agentmbx/internal/version"
 	"github.com/agentmbx/agentmbx/mbx"
 	"github.com/agentmbx/agentmbx/relayserver"
@@ -142,8 +143,8 @@ when $` + relayserver.EnvRelayKey + ` is not set.`,
 				Ready: func(addr string) {
 					if lf.json() { // standard error carries only JSON lines
 						fp := mbx.Fingerprint(relayPub)
-						log.Info("relay key fingerprint", "fingerprint", fp,
-							"pin", "agentmbx relay set "+tf.servedBase(addr, tlsConf != nil)+" --key "+fp)
+						log.Info("relay key fingerprint", logkey.Fingerprint, fp,
+							logkey.Pin, "agentmbx relay set "+tf.servedBase(addr, tlsConf != nil)+" --key "+fp)
 						return
 					}
 					printServedKey(cmd.ErrOrStderr(), relayPub, tf.servedBase(addr, tlsConf != nil))
@@ -260,10 +261,11 @@ kept as relay.db.pre-restore. On any error the store is unchanged.`,
 			}
 			log := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: slog.LevelInfo}))
 			if res.Warning != "" {
-				log.Warn("relay restore: the replaced store was not fully readable", "err", res.Warning)
+				log.Warn("relay restore: the replaced store was not fully readable", logkey.Err, res.Warning)
 			}
-			log.Info("relay store restored", "dir", dir, "from", filepath.Base(args[0]),
-				"epoch", res.Epoch, "previous_epoch", res.Previous, "schema", res.Schema, "kept", res.Kept)
+			log.Info("relay store restored", logkey.Dir, dir, logkey.Backup, filepath.Base(args[0]),
+				logkey.Epoch, res.Epoch, logkey.PreviousEpoch, res.Previous, logkey.Schema, res.Schema,
+				logkey.Kept, res.Kept)
 			_, err = fmt.Fprintf(cmd.OutOrStdout(), "restored %s from %s; new epoch %s\n", dir, args[0], res.Epoch)
 			return err
 		},

@@ -1,5 +1,6 @@
-// Package logkey names the attribute keys of the host side's structured logs (log/slog), so one
-// key means one thing in every package and a log search by key finds every line that has it.
+// Package logkey names the attribute keys of agentmbx's structured logs (log/slog), on the host
+// and on the relay, so one key means one thing in every package and a log search by key finds
+// every line that has it.
 package logkey
 
 // Attribute keys.
@@ -16,7 +17,7 @@ const (
 	FromEpoch    = "from_epoch"    // the epoch a receive position was reset from
 	FromThrough  = "from_through"  // the received_through it was reset from
 	From         = "from"          // a request's remote address
-	Host         = "host"          // this host's name
+	Host         = "host"          // a host's name
 	Inviter      = "inviter"       // the inviting host's address (pairing)
 	Item         = "item"          // a relay item id
 	Kind         = "kind"          // an outbox row's kind (envelope, receipt)
@@ -57,4 +58,41 @@ const (
 	TOFU         = "tofu"          // whether a relay key was trusted on first use
 	Verdict      = "verdict"       // a relay's verdict on a pushed item
 	Was          = "was"           // the state something was in before
+)
+
+// Attribute keys of the relay and its stores.
+const (
+	Backup             = "backup"               // the backup file a store was restored from
+	Ballast            = "ballast"              // the size of a store's reserve file
+	By                 = "by"                   // the enrolment authority that decided
+	DedupPruned        = "dedup_pruned"         // dedup rows a sweep pruned
+	Dir                = "dir"                  // a store directory
+	ExpiredEnvelopes   = "expired_envelopes"    // envelopes a sweep expired
+	ExpiredNotices     = "expired_notices"      // expiry notices a sweep expired
+	ExpiredReceipts    = "expired_receipts"     // receipts a sweep expired
+	Free               = "free"                 // free bytes on a store's disk
+	FromSchema         = "from_schema"          // the schema version a store was migrated from
+	Heartbeat          = "heartbeat"            // a store's last heartbeat
+	Kept               = "kept"                 // where a replaced store was kept
+	Key                = "key"                  // the fingerprint of the key a line is about
+	KeySource          = "key_source"           // where the relay key came from
+	MaxBytes           = "max_bytes"            // a byte cap
+	MaxItems           = "max_items"            // an item cap
+	Method             = "method"               // an HTTP method
+	Moved              = "moved"                // how many items a rotation moved
+	MS                 = "ms"                   // a duration in milliseconds
+	New                = "new"                  // the new key's fingerprint (rotation)
+	Notices            = "notices"              // expiry notices a sweep queued
+	Old                = "old"                  // the old key's fingerprint (rotation)
+	Pin                = "pin"                  // the command that pins a relay key
+	PreviousEpoch      = "previous_epoch"       // the epoch a restore replaced
+	Req                = "req"                  // a request id
+	Route              = "route"                // a relay route
+	Schema             = "schema"               // a store's schema version
+	SkippedNotEnrolled = "skipped_not_enrolled" // notices skipped: sender no longer enrolled
+	SkippedOverCap     = "skipped_over_cap"     // notices skipped: sender's queue full
+	Status             = "status"               // an HTTP status
+	Store              = "store"                // where a relay's store is
+	Timeout            = "timeout"              // a bound on waiting
+	TrustProxy         = "trust_proxy"          // which proxy headers the relay trusts
 )

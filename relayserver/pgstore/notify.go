@@ -10,6 +10,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgconn/ctxwatch"
+
+	"github.com/agentmbx/agentmbx/internal/logkey"
 )
 
 // Subscribe implements relayserver.Notifier: fn receives the target key of every item committed
@@ -113,7 +115,7 @@ func (l *listener) run(ctx context.Context) {
 		if up {
 			backoff = 100 * time.Millisecond
 		}
-		l.log.Warn("relay database listener lost; reconnecting", "err", err, "in", backoff)
+		l.log.Warn("relay database listener lost; reconnecting", logkey.Err, err, logkey.RetryIn, backoff)
 		select {
 		case <-ctx.Done():
 			return

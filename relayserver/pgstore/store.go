@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/agentmbx/agentmbx/internal/logkey"
 	"github.com/agentmbx/agentmbx/relayserver"
 	"github.com/agentmbx/agentmbx/relayserver/internal/storekit"
 )
@@ -217,9 +218,9 @@ func (s *Store) migrate(ctx context.Context) error {
 			return fmt.Errorf("migrate: %w", err)
 		}
 		if have == 0 {
-			s.log.Info("relay database created", "schema", SchemaVersion)
+			s.log.Info("relay database created", logkey.Schema, SchemaVersion)
 		} else {
-			s.log.Info("relay database migrated", "from", have, "to", SchemaVersion)
+			s.log.Info("relay database migrated", logkey.FromSchema, have, logkey.Schema, SchemaVersion)
 		}
 		return nil
 	})
@@ -314,7 +315,7 @@ RETURNING value`).Scan(&epoch)
 	if err != nil {
 		return "", fmt.Errorf("pgstore: rotate epoch: %w", err)
 	}
-	s.log.Info("relay epoch rotated", "epoch", epoch)
+	s.log.Info("relay epoch rotated", logkey.Epoch, epoch)
 	return epoch, nil
 }
 
@@ -349,7 +350,7 @@ func (s *Store) RotateEpochIfStale(ctx context.Context, now time.Time, stale tim
 		return "", false, fmt.Errorf("pgstore: epoch check: %w", err)
 	}
 	if rotated {
-		s.log.Info("relay epoch rotated", "epoch", epoch)
+		s.log.Info("relay epoch rotated", logkey.Epoch, epoch)
 	}
 	return epoch, rotated, nil
 }

@@ -7,6 +7,8 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+
+	"github.com/agentmbx/agentmbx/internal/logkey"
 )
 
 // The store's files are the relay's secrets and its users' mail: the directory is 0700, the
@@ -34,7 +36,8 @@ func prepareDir(dir string, log *slog.Logger) error {
 		if err := os.Chmod(dir, dirMode); err != nil {
 			return fmt.Errorf("tighten %s to 0700: %w", dir, err)
 		}
-		log.Warn("store directory was open to group or others: tightened to 0700", "dir", dir, "was", fi.Mode().Perm().String())
+		log.Warn("store directory was open to group or others: tightened to 0700",
+			logkey.Dir, dir, logkey.Was, fi.Mode().Perm().String())
 	}
 	f, err := os.OpenFile(filepath.Join(dir, DBFile), os.O_RDWR|os.O_CREATE, fileMode)
 	if err != nil {

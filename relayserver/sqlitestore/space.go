@@ -13,6 +13,7 @@ import (
 	sqlite3 "modernc.org/sqlite/lib"
 
 	"github.com/agentmbx/agentmbx/internal/fsutil"
+	"github.com/agentmbx/agentmbx/internal/logkey"
 	"github.com/agentmbx/agentmbx/relayserver"
 )
 
@@ -115,7 +116,7 @@ func (sp *space) isLow() (low, cleared bool) {
 func (s *Store) SpaceLow() bool {
 	low, cleared := s.space.isLow()
 	if cleared {
-		s.log.Info("disk space is back: ballast made again, pushes accepted", "dir", s.dir)
+		s.log.Info("disk space is back: ballast made again, pushes accepted", logkey.Dir, s.dir)
 	}
 	return low
 }
@@ -129,7 +130,7 @@ func (s *Store) noteFull(err error) error {
 	s.space.hitFull()
 	if s.space.freshlyFull() {
 		s.log.Error("store disk is full: ballast released so acks and the sweep can free space; pushes refused until space returns",
-			"dir", s.dir, "ballast", s.space.size)
+			logkey.Dir, s.dir, logkey.Ballast, s.space.size)
 	}
 	return fmt.Errorf("%w: %w", relayserver.ErrStoreFull, err)
 }

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/agentmbx/agentmbx/internal/fsutil"
+	"github.com/agentmbx/agentmbx/internal/logkey"
 	"github.com/agentmbx/agentmbx/relayserver"
 	"github.com/agentmbx/agentmbx/relayserver/internal/storekit"
 	_ "modernc.org/sqlite" // the "sqlite" database/sql driver
@@ -124,7 +125,8 @@ func Open(ctx context.Context, dir string, opts *Options) (*Store, error) {
 		s.space.path = filepath.Join(dir, BallastFile)
 		if err := s.space.ensure(); err != nil {
 			s.space.hitFull()
-			s.log.Error("no room for the store's ballast: pushes refused until space returns", "dir", dir, "err", err)
+			s.log.Error("no room for the store's ballast: pushes refused until space returns",
+				logkey.Dir, dir, logkey.Err, err)
 		}
 	}
 	ok := false
@@ -260,9 +262,10 @@ func (s *Store) migrate(ctx context.Context, conn *sql.Conn) error {
 	}
 	done = true
 	if have == 0 {
-		s.log.Info("relay store created", "dir", s.dir, "schema", SchemaVersion)
+		s.log.Info("relay store created", logkey.Dir, s.dir, logkey.Schema, SchemaVersion)
 	} else {
-		s.log.Info("relay store migrated", "dir", s.dir, "from", have, "to", SchemaVersion)
+		s.log.Info("relay store migrated",
+			logkey.Dir, s.dir, logkey.FromSchema, have, logkey.Schema, SchemaVersion)
 	}
 	return nil
 }
@@ -374,7 +377,7 @@ func (s *Store) RotateEpoch(ctx context.Context) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("sqlitestore: rotate epoch: %w", err)
 	}
-	s.log.Info("relay epoch rotated", "dir", s.dir, "epoch", epoch)
+	s.log.Info("relay epoch rotated", logkey.Dir, s.dir, logkey.Epoch, epoch)
 	return epoch, nil
 }
 
