@@ -10,11 +10,19 @@ import (
 	"github.com/agentmbx/agentmbx/relayserver/internal/storekit"
 )
 
-// Enrolment implements relayserver.Store.
+// Enrolment implements relayserver.Store. Enrolments read are kept in memory until a transaction
+// writes the enrolments table (enrolCache): every signed request looks its caller up.
 func (s *Store) Enrolment(ctx context.Context, pubkey string) (relayserver.Enrolment, error) {
+	e, gen, ok := s.ec.get(pubkey)
+	if ok {
+		return e, nil
+	}
 	e, err := getEnrolment(ctx, s.rq, pubkey)
 	if err != nil && err != relayserver.ErrNotFound {
 		return e, fmt.Errorf("sqlitestore: enrolment: %w", err)
+	}
+	if err == nil {
+		s.ec.put(pubkey, e, gen)
 	}
 	return e, err
 }

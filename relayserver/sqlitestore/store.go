@@ -90,6 +90,7 @@ type Store struct {
 	db     *sql.DB
 	rq     *readStmts
 	rk     *readKeys
+	ec     *enrolCache
 	lock   *os.File
 	log    *slog.Logger
 	rand   io.Reader
@@ -151,6 +152,7 @@ func Open(ctx context.Context, dir string, opts *Options) (*Store, error) {
 	}
 	s.rq = &readStmts{db: s.db, m: map[string]*sql.Stmt{}}
 	s.rk = newReadKeys()
+	s.ec = newEnrolCache()
 	s.db.SetMaxOpenConns(o.Readers + 1)
 	s.db.SetMaxIdleConns(o.Readers + 1)
 	s.db.SetConnMaxIdleTime(0)
@@ -168,7 +170,7 @@ func Open(ctx context.Context, dir string, opts *Options) (*Store, error) {
 		conn.Close()
 		return nil, fmt.Errorf("sqlitestore: open %s: %w", dir, err)
 	}
-	s.w = newWriter(conn, o.MaxGroup)
+	s.w = newWriter(conn, o.MaxGroup, s.ec)
 	go s.w.run()
 	ok = true
 	return s, nil

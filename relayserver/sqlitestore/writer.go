@@ -37,10 +37,15 @@ type writer struct {
 	storekit.Counters
 
 	keys writerKeys // committed key ids (keyID)
+
+	// enrols is the readers' enrolment cache; a transaction that wrote the enrolments table
+	// empties it before any of its callers is told.
+	enrols *enrolCache
 }
 
-func newWriter(conn *sql.Conn, maxGroup int) *writer {
+func newWriter(conn *sql.Conn, maxGroup int, enrols *enrolCache) *writer {
 	return &writer{
+		enrols:   enrols,
 		conn:     conn,
 		q:        &stmtCache{conn: conn, stmts: map[string]cachedStmt{}},
 		maxGroup: maxGroup,
@@ -103,6 +108,7 @@ func (w *writer) group(first *storekit.Request) {
 	}
 	if broken != nil {
 		_, _ = w.q.ExecContext(bg, "ROLLBACK")
+		w.settleEnrolments()
 		storekit.Fail(batch, fmt.Errorf("%w: %w", broken, relayserver.ErrCommit))
 		return
 	}
@@ -115,11 +121,22 @@ func (w *writer) group(first *storekit.Request) {
 	}
 	if err != nil {
 		_, _ = w.q.ExecContext(bg, "ROLLBACK")
+		w.settleEnrolments()
 		storekit.Fail(batch, fmt.Errorf("commit: %w: %w", err, relayserver.ErrCommit))
 		return
 	}
 	_ = failpoint.Inject(storekit.FailAfterCommit)
+	w.settleEnrolments()
 	w.Committed(batch, start)
+}
+
+// settleEnrolments empties the enrolment cache when the transaction just ended wrote the
+// enrolments table (whether it committed or not: a failed COMMIT may still have reached disk).
+func (w *writer) settleEnrolments() {
+	if w.q.enrolWrites {
+		w.q.enrolWrites = false
+		w.enrols.invalidate()
+	}
 }
 
 // more runs the units already queued in t, up to maxGroup, until one breaks the transaction.
@@ -171,11 +188,15 @@ type stmtCache struct {
 	conn  *sql.Conn
 	stmts map[string]cachedStmt
 	dirty bool
+	// enrolWrites records that a statement that may write the enrolments table ran since the
+	// writer last settled the enrolment cache.
+	enrolWrites bool
 }
 
 type cachedStmt struct {
 	st    *sql.Stmt
 	write bool // anything but a SELECT
+	enrol bool // a write that names the enrolments table
 }
 
 func (c *stmtCache) stmt(ctx context.Context, query string) (*sql.Stmt, error) {
@@ -183,13 +204,16 @@ func (c *stmtCache) stmt(ctx context.Context, query string) (*sql.Stmt, error) {
 	if !ok {
 		st, err := c.conn.PrepareContext(ctx, query)
 		if err != nil {
-			c.dirty = true // the caller runs the text directly: it may write
+			// The caller runs the text directly: it may write anything.
+			c.dirty, c.enrolWrites = true, true
 			return nil, err
 		}
 		cs = cachedStmt{st: st, write: !strings.HasPrefix(strings.ToUpper(strings.TrimSpace(query)), "SELECT")}
+		cs.enrol = cs.write && writesEnrolments(query)
 		c.stmts[query] = cs
 	}
 	c.dirty = c.dirty || cs.write
+	c.enrolWrites = c.enrolWrites || cs.enrol
 	return cs.st, nil
 }
 
