@@ -7,6 +7,8 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/cenkalti/backoff/v4"
+
 	"github.com/agentmbx/agentmbx/internal/failpoint"
 	"github.com/agentmbx/agentmbx/internal/logkey"
 	"github.com/agentmbx/agentmbx/mbx"
@@ -103,7 +105,8 @@ type ReceiverOptions struct {
 	// DefaultIdle). Kick ends it early.
 	Idle time.Duration
 	// MinBackoff and MaxBackoff bound the pause after a failed step, doubling from the first to the
-	// second (defaults DefaultMinBackoff, DefaultMaxBackoff). A relay's Retry-After is honoured.
+	// second, each jittered ±20% (defaults DefaultMinBackoff, DefaultMaxBackoff). A relay's
+	// Retry-After is honoured.
 	MinBackoff, MaxBackoff time.Duration
 	// OnReset is called after a committed reset of the position (epoch change, rewind, BAD_ACK),
 	// with the new position: the host re-pushes its relay-accepted rows for this relay
@@ -184,6 +187,23 @@ func (r *Receiver) Kick() {
 	case r.kick <- struct{}{}:
 	default:
 	}
+}
+
+// backoffJitter is the randomization of the pauses after failed steps (±20%), so that hosts that
+// lost the same relay do not all pull again at the same moments.
+const backoffJitter = 0.2
+
+// backoff is the schedule of pauses after failed steps (github.com/cenkalti/backoff/v4): from
+// MinBackoff, doubling up to MaxBackoff, each jittered by backoffJitter; it never gives up, and
+// stops only with ctx.
+func (r *Receiver) backoff(ctx context.Context) backoff.BackOff {
+	b := backoff.NewExponentialBackOff(
+		backoff.WithInitialInterval(r.opt.MinBackoff),
+		backoff.WithMaxInterval(r.opt.MaxBackoff),
+		backoff.WithMultiplier(2),
+		backoff.WithRandomizationFactor(backoffJitter),
+		backoff.WithMaxElapsedTime(0))
+	return backoff.WithContext(b, ctx)
 }
 
 func (r *Receiver) sleep(ctx context.Context, d time.Duration) error {
@@ -308,7 +328,7 @@ func (r *Receiver) reset(ctx context.Context, st *StepResult, epoch string, why 
 // a page that brought items (the relay may have more), after a reset and after a long poll the
 // relay held; otherwise it pauses Idle. Failed steps are logged and retried after a backoff.
 func (r *Receiver) Run(ctx context.Context) error {
-	backoff := time.Duration(0)
+	bo := r.backoff(ctx)
 	reenrolled := false // once per failure streak: a relay that still refuses gets the backoff
 	for {
 		if err := ctx.Err(); err != nil {
@@ -318,7 +338,8 @@ func (r *Receiver) Run(ctx context.Context) error {
 		var pause time.Duration
 		switch {
 		case err == nil:
-			backoff, reenrolled = 0, false
+			bo.Reset()
+			reenrolled = false
 			// A page that moved nothing pauses, whatever its "more" says: a relay that keeps
 			// saying more without items must not get a tight loop of pulls.
 			if st.Reset == 0 && !st.Waited && st.Done() == 0 {
@@ -338,8 +359,9 @@ func (r *Receiver) Run(ctx context.Context) error {
 			err = errors.Join(err, rerr)
 			fallthrough
 		default:
-			backoff = min(max(2*backoff, r.opt.MinBackoff), r.opt.MaxBackoff)
-			pause = backoff
+			if pause = bo.NextBackOff(); pause == backoff.Stop {
+				return ctx.Err()
+			}
 			var re *RelayError
 			if errors.As(err, &re) && re.RetryAfter > pause {
 				pause = re.RetryAfter

@@ -121,6 +121,24 @@ func (s *sleeper) sleep(ctx context.Context, d time.Duration) error {
 	return ctx.Err()
 }
 
+// samePauses compares a Run's pauses with want: the idle pause exactly, a backoff within its
+// ±20% jitter.
+func samePauses(got, want []time.Duration) bool {
+	if len(got) != len(want) {
+		return false
+	}
+	for i, w := range want {
+		if w == DefaultIdle {
+			if got[i] != w {
+				return false
+			}
+		} else if got[i] < w*8/10 || got[i] > w*12/10 {
+			return false
+		}
+	}
+	return true
+}
+
 func quiet() *slog.Logger { return slog.New(slog.DiscardHandler) }
 
 func newRun(t *testing.T, s *Store, m *memRelay, h Handler, o ReceiverOptions, stop func(n int, d time.Duration) bool) (*Receiver, *sleeper, context.Context) {
@@ -292,7 +310,7 @@ func TestReceiverHandlerFailureBacksOffAndResumes(t *testing.T) {
 		t.Fatalf("acks %v, left %d; want a first ack through 10 (before the failure), then 30", acks, left)
 	}
 	wantPauses := []time.Duration{time.Second, 2 * time.Second, 4 * time.Second, DefaultIdle}
-	if !slices.Equal(sl.pauses, wantPauses) {
+	if !samePauses(sl.pauses, wantPauses) {
 		t.Fatalf("pauses %v, want %v", sl.pauses, wantPauses)
 	}
 	if got := stored(t, s); len(got) != 3 {
@@ -313,7 +331,7 @@ func TestReceiverReenrolsOnce(t *testing.T) {
 	}
 	// First refusal: re-enrol and retry at once. Second: back off (a relay that still refuses gets
 	// no tight loop). Third: back off again. Then the pull works.
-	if enrols != 1 || !slices.Equal(sl.pauses, []time.Duration{time.Second, 2 * time.Second, DefaultIdle}) {
+	if enrols != 1 || !samePauses(sl.pauses, []time.Duration{time.Second, 2 * time.Second, DefaultIdle}) {
 		t.Fatalf("enrols %d, pauses %v", enrols, sl.pauses)
 	}
 	if got := stored(t, s); len(got) != 1 {
@@ -421,5 +439,35 @@ func TestReceiverPausesWithoutProgress(t *testing.T) {
 	}
 	if got := stored(t, s); len(got) != 1 {
 		t.Fatalf("mailbox %v, want a", got)
+	}
+}
+
+// TestReceiverBackoffIsJitteredWithinBounds: after failed steps the pauses double from
+// MinBackoff up to MaxBackoff, each within ±20%, and they are not all on the exact schedule (the
+// jitter that keeps hosts of one relay from pulling in step).
+func TestReceiverBackoffIsJitteredWithinBounds(t *testing.T) {
+	s := openStore(t, "")
+	down := errors.New("pull: connection refused")
+	m := &memRelay{epoch: "ep1", pullErr: slices.Repeat([]error{down}, 12)}
+	r, sl, ctx := newRun(t, s, m, &mailbox{}, ReceiverOptions{MinBackoff: time.Second, MaxBackoff: 8 * time.Second}, idleStop)
+	if err := r.Run(ctx); !errors.Is(err, context.Canceled) {
+		t.Fatal(err)
+	}
+	want := []time.Duration{1, 2, 4, 8, 8, 8, 8, 8, 8, 8, 8, 8}
+	for i := range want {
+		want[i] *= time.Second
+	}
+	want = append(want, DefaultIdle)
+	if !samePauses(sl.pauses, want) {
+		t.Fatalf("pauses %v, want %v each ±20%%", sl.pauses, want)
+	}
+	exact := 0
+	for i, w := range want {
+		if sl.pauses[i] == w {
+			exact++
+		}
+	}
+	if exact == len(want) {
+		t.Fatalf("pauses %v: no jitter at all", sl.pauses)
 	}
 }
