@@ -125,8 +125,10 @@ func RunDaemon(ctx context.Context, dir string, opts DaemonOptions) (err error) 
 	}
 	relayWait = max(relayWait, 0)
 	loopDone := make(chan struct{})
+	h.startProbes(loopCtx)
 	go func() {
 		defer close(loopDone)
+		defer h.stopProbes()
 		var wg sync.WaitGroup
 		wg.Add(2)
 		go func() {

@@ -46,6 +46,16 @@ func linkAnswered(out []outbox.Outcome) (answered, silent bool) {
 	return answered, silent
 }
 
+// unreachable reports whether no row of an attempt got any answer.
+func unreachable(out []outbox.Outcome) bool {
+	for _, o := range out {
+		if !o.Unreachable {
+			return false
+		}
+	}
+	return len(out) > 0
+}
+
 func (h *Host) setLinkUp(link string, up bool) {
 	h.mu.Lock()
 	h.linkUp[link] = up

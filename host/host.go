@@ -65,12 +65,13 @@ type Host struct {
 	lanSrv  *lan.Server                        // the LAN server (lan.go)
 	senders map[outbox.Transport]outbox.Sender // the LAN transport (the relay's is made per pass)
 
-	mail notifier         // wakes Wait when local mail arrives
-	kick chan struct{}    // wakes the outbox loop (buffered, 1)
-	rl   relayRuntime     // the relay in use (relay.go)
-	pair *pairing.Service // LAN pairing (socket.go)
-	rot  rotationRuntime  // this host's own key rotation (rotate.go)
-	ops  opsCounters      // counters and the readiness probe (ops.go)
+	mail   notifier         // wakes Wait when local mail arrives
+	kick   chan struct{}    // wakes the outbox loop (buffered, 1)
+	rl     relayRuntime     // the relay in use (relay.go)
+	pair   *pairing.Service // LAN pairing (socket.go)
+	rot    rotationRuntime  // this host's own key rotation (rotate.go)
+	ops    opsCounters      // counters and the readiness probe (ops.go)
+	probes lanProbes        // probes of silent peers' LAN addresses (lan_probe.go)
 
 	mu       sync.Mutex
 	listen   string // configured listen address (meta)

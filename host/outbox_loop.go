@@ -233,7 +233,12 @@ func (h *Host) record(ctx context.Context, host string, rows []outbox.Row, out [
 				return err
 			}
 		} else if silent {
-			tx.OnCommit(func() { h.setLinkUp(link, false) })
+			tx.OnCommit(func() {
+				h.setLinkUp(link, false)
+				if tr == outbox.TransportLAN && unreachable(out) {
+					h.lanSilent(host)
+				}
+			})
 		}
 		for i, r := range rows {
 			o := out[i]

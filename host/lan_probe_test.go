@@ -1,0 +1,64 @@
+package host
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/agentmbx/agentmbx/outbox"
+)
+
+// TestLANProbeFlushesWhenThePeerAnswers: a peer whose LAN address stopped answering leaves its
+// rows in backoff (the fake clock never moves to their next_at); while the daemon's probes run,
+// the peer's return is noticed by a probe and its rows become due at once, then delivered.
+// Cost: well under a second (the probe schedule is shortened).
+func TestLANProbeFlushesWhenThePeerAnswers(t *testing.T) {
+	first, most := lanProbeFirst, lanProbeMax
+	lanProbeFirst, lanProbeMax = 20*time.Millisecond, 100*time.Millisecond
+	t.Cleanup(func() { lanProbeFirst, lanProbeMax = first, most })
+
+	clock := newClock()
+	a, b := newTestHost(t, "alpha", clock), newTestHost(t, "beta", clock)
+	pairAll(t, a, b)
+	ctx, cancel := context.WithCancel(context.Background())
+	a.startProbes(ctx)
+	t.Cleanup(func() { cancel(); a.stopProbes() })
+
+	addr := b.addr
+	b.stop()
+	m := a.send("alice", []string{"bob@beta"}, "while away", "waits")
+	for i := range 4 {
+		if n, err := a.pass(ctx, true); err != nil || n != 1 {
+			t.Fatalf("pass %d sent %d, %v; want 1", i, n, err)
+		}
+		if i < 3 {
+			clock.Advance(outbox.LatestBackoff(i))
+		}
+	}
+	r := a.row(m.ID, "beta")
+	if r.State != outbox.StatePending || r.Attempts != 4 || !r.NextAt.After(clock.Now().Add(30*time.Second)) {
+		t.Fatalf("row = %s, %d attempts, next_at %v (now %v); want pending, 4 attempts, in backoff", r.State, r.Attempts, r.NextAt, clock.Now())
+	}
+	time.Sleep(300 * time.Millisecond) // probes find nothing meanwhile
+	if r := a.row(m.ID, "beta"); !r.NextAt.After(clock.Now()) {
+		t.Fatalf("the row became due while beta was still away: next_at %v", r.NextAt)
+	}
+
+	b.serve(addr)
+	deadline := time.Now().Add(30 * time.Second)
+	for a.row(m.ID, "beta").NextAt.After(clock.Now()) {
+		if time.Now().After(deadline) {
+			t.Fatal("beta answers again, but no probe made its rows due")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if n, err := a.pass(ctx, true); err != nil || n != 1 {
+		t.Fatalf("pass after the probe sent %d, %v; want 1", n, err)
+	}
+	if r := a.row(m.ID, "beta"); r.State != outbox.StateDone {
+		t.Fatalf("row = %s, want done", r.State)
+	}
+	if got := len(b.inbox("bob", true)); got != 1 {
+		t.Fatalf("bob has %d messages, want 1", got)
+	}
+}
