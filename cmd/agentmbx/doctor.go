@@ -67,15 +67,8 @@ status ok, warn, fail or info. The time of each run is kept in doctor.json in th
 	return cmd
 }
 
-// styledOutput reports whether w is a terminal that may get colour: not with NO_COLOR set
-// (https://no-color.org) or TERM=dumb.
+// styledOutput reports whether w is a terminal that may get colour (tableOutOf).
 func styledOutput(w any) bool {
-	f, ok := w.(*os.File)
-	if !ok || !isTerminal(f) {
-		return false
-	}
-	if _, set := os.LookupEnv("NO_COLOR"); set {
-		return false
-	}
-	return os.Getenv("TERM") != "dumb"
+	out := tableOutOf(w)
+	return out.tty && out.color
 }

@@ -13,7 +13,6 @@ import (
 	"log/slog"
 	"os"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	"github.com/mattn/go-isatty"
@@ -112,42 +111,6 @@ func printJSON(w io.Writer, v any) error {
 	enc.SetEscapeHTML(false)
 	enc.SetIndent("", "  ")
 	return enc.Encode(v)
-}
-
-// table writes rows under a header, in aligned columns.
-func table(w io.Writer, header []string, rows [][]string) error {
-	return tableFullLast(w, header, rows, false)
-}
-
-// tableFullLast is table; with fullLast the last column (an error text) is kept whole on its line.
-func tableFullLast(w io.Writer, header []string, rows [][]string, fullLast bool) error {
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, strings.Join(header, "\t"))
-	for _, r := range rows {
-		for i := range r {
-			if fullLast && i == len(r)-1 {
-				r[i] = controlsToSpaces(r[i])
-			} else {
-				r[i] = oneLine(r[i])
-			}
-			if r[i] == "" {
-				r[i] = "-"
-			}
-		}
-		fmt.Fprintln(tw, strings.Join(r, "\t"))
-	}
-	return tw.Flush()
-}
-
-// oneLine makes s fit in a table cell: control characters (newlines, tabs) become spaces, and
-// long text is cut.
-func oneLine(s string) string {
-	s = controlsToSpaces(s)
-	const max = 60
-	if r := []rune(s); len(r) > max {
-		s = string(r[:max-1]) + "…"
-	}
-	return s
 }
 
 // errNoTerminal is returned when a command needs a person's answer and has no terminal to ask.

@@ -144,6 +144,6 @@ func outboxTable(w io.Writer, rows []api.OutboxRow) error {
 	for _, r := range rows {
 		out = append(out, []string{r.MsgID, r.Host, r.State, r.Transport, strconv.Itoa(r.Attempts), r.NextAt, r.LastError})
 	}
-	// LAST_ERROR is last so that it can be shown whole: a cut error hides its cause.
-	return tableFullLast(w, []string{"MSG_ID", "HOST", "STATE", "TRANSPORT", "ATTEMPTS", "NEXT_AT", "LAST_ERROR"}, out, true)
+	// LAST_ERROR is shown whole: a cut error hides its cause.
+	return tbl{header: []string{"MSG_ID", "HOST", "STATE", "TRANSPORT", "ATTEMPTS", "NEXT_AT", "LAST_ERROR"}, rows: out, whole: 6}.write(w)
 }
