@@ -159,6 +159,20 @@ func TestLongPollAnswersWhenAnItemCommits(t *testing.T) {
 	}
 }
 
+// hookedRelay starts a relay whose long polls wait on tm's timers and whose store is wrapped by
+// wrap, with alpha and beta enrolled.
+func hookedRelay(t *testing.T, tm *timers, wrap func(relayserver.Store) relayserver.Store) (*relay, host, host) {
+	t.Helper()
+	r := &relay{t: t, dir: t.TempDir(), key: keyFor(t, 0), clock: testkit.NewClock(t0),
+		opts: func(o *relayserver.Options) { o.WaitTimer = tm.start }, wrap: wrap}
+	r.start()
+	t.Cleanup(r.stop)
+	a, b := newHost(t, "alpha", 1), newHost(t, "beta", 2)
+	r.enrol(a)
+	r.enrol(b)
+	return r, a, b
+}
+
 // pullHook is a Store whose Pull runs a hook after reading, before returning the page.
 type pullHook struct {
 	relayserver.Store
@@ -180,14 +194,7 @@ func TestLongPollNoLostWakeup(t *testing.T) {
 	t.Parallel()
 	tm := newTimers()
 	hook := &pullHook{}
-	r := &relay{t: t, dir: t.TempDir(), key: keyFor(t, 0), clock: testkit.NewClock(t0),
-		opts: func(o *relayserver.Options) { o.WaitTimer = tm.start },
-		wrap: func(s relayserver.Store) relayserver.Store { hook.Store = s; return hook }}
-	r.start()
-	t.Cleanup(r.stop)
-	a, b := newHost(t, "alpha", 1), newHost(t, "beta", 2)
-	r.enrol(a)
-	r.enrol(b)
+	r, a, b := hookedRelay(t, tm, func(s relayserver.Store) relayserver.Store { hook.Store = s; return hook })
 	const id = "01KKNTQ2CN9WJ3MR4Q1P12F0B1"
 	pushed := make(chan error, 1)
 	var once sync.Once
@@ -381,19 +388,11 @@ func TestLongPollShutdownAndEpoch(t *testing.T) {
 	serve := func(now time.Time, run func(base string)) {
 		ctx, cancel := context.WithCancel(bg)
 		defer cancel()
-		addr := make(chan string, 1)
-		done := make(chan error, 1)
 		cfg := serveConfig(dir, mbx.SigningKey{}, now, nil)
 		cfg.Options.WaitTimer = tm.start
 		cfg.ShutdownTimeout = failsafe
-		cfg.Ready = func(a string) { addr <- a }
-		go func() { done <- relayserver.Serve(ctx, cfg) }()
-		select {
-		case a := <-addr:
-			run("http://" + a)
-		case err := <-done:
-			t.Fatalf("Serve: %v", err)
-		}
+		base, done := startServe(ctx, t, cfg)
+		run(base)
 		cancel()
 		select {
 		case err := <-done:
@@ -517,14 +516,7 @@ func TestLongPollWokenByPushWhoseClientLeft(t *testing.T) {
 	t.Parallel()
 	tm := newTimers()
 	hook := &updateHook{}
-	r := &relay{t: t, dir: t.TempDir(), key: keyFor(t, 0), clock: testkit.NewClock(t0),
-		opts: func(o *relayserver.Options) { o.WaitTimer = tm.start },
-		wrap: func(s relayserver.Store) relayserver.Store { hook.Store = s; return hook }}
-	r.start()
-	t.Cleanup(r.stop)
-	a, b := newHost(t, "alpha", 1), newHost(t, "beta", 2)
-	r.enrol(a)
-	r.enrol(b)
+	r, a, b := hookedRelay(t, tm, func(s relayserver.Store) relayserver.Store { hook.Store = s; return hook })
 	poll := r.pollAsync(bg, b, "/v2/relay/items?after=0&wait=30")
 	tm.parked(t)
 

@@ -308,20 +308,10 @@ func TestServeMetricsListenerAndJSONLogs(t *testing.T) {
 	log := slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	ctx, cancel := context.WithCancel(bg)
 	defer cancel()
-	addr := make(chan string, 1)
-	done := make(chan error, 1)
 	cfg := serveConfig(dir, relayKey, t0, log)
 	cfg.MetricsListen = "127.0.0.1:0"
 	cfg.MetricsAddrFile = filepath.Join(dir, "metrics-addr")
-	cfg.Ready = func(s string) { addr <- s }
-	go func() { done <- relayserver.Serve(ctx, cfg) }()
-	var base string
-	select {
-	case s := <-addr:
-		base = "http://" + s
-	case err := <-done:
-		t.Fatalf("Serve: %v", err)
-	}
+	base, done := startServe(ctx, t, cfg)
 	mb, err := os.ReadFile(cfg.MetricsAddrFile)
 	if err != nil {
 		t.Fatal(err)

@@ -35,6 +35,23 @@ func serveConfig(dir string, k mbx.SigningKey, now time.Time, log *slog.Logger) 
 	}
 }
 
+// startServe runs Serve with cfg until ctx ends and waits until it listens. It returns the
+// relay's base URL and the channel Serve's result arrives on.
+func startServe(ctx context.Context, t *testing.T, cfg relayserver.ServeConfig) (string, <-chan error) {
+	t.Helper()
+	addr := make(chan string, 1)
+	done := make(chan error, 1)
+	cfg.Ready = func(s string) { addr <- s }
+	go func() { done <- relayserver.Serve(ctx, cfg) }()
+	select {
+	case s := <-addr:
+		return "http://" + s, done
+	case err := <-done:
+		t.Fatalf("Serve: %v", err)
+		return "", nil
+	}
+}
+
 // serveOnce runs Serve at the given clock until it is listening, then stops it, and returns the
 // store's epoch before and after.
 func serveOnce(t *testing.T, dir string, heartbeat, now time.Time) (before, after string) {
@@ -131,18 +148,7 @@ func TestLogsCarryNoKeyMaterial(t *testing.T) {
 	log := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	ctx, cancel := context.WithCancel(bg)
 	defer cancel()
-	addr := make(chan string, 1)
-	done := make(chan error, 1)
-	cfg := serveConfig(dir, relayKey, t0, log)
-	cfg.Ready = func(s string) { addr <- s }
-	go func() { done <- relayserver.Serve(ctx, cfg) }()
-	var base string
-	select {
-	case s := <-addr:
-		base = "http://" + s
-	case err := <-done:
-		t.Fatalf("Serve: %v", err)
-	}
+	base, done := startServe(ctx, t, serveConfig(dir, relayKey, t0, log))
 	for _, h := range []host{a, b} {
 		if err := enrolAt(base, h, t0); err != nil {
 			t.Fatal(err)

@@ -670,16 +670,24 @@ func TestPushRateLimitPerSender(t *testing.T) {
 	}
 }
 
-func TestReceiptItems(t *testing.T) {
-	t.Parallel()
-	r, a, b, _ := setup(t, nil)
+// readReceiptItem is a relay item from alpha (a) to beta (b): alpha's signed "read" receipt, seq
+// 7, for message 01KKNTQ2CN9WJ3MR4Q1P12F02T to bob.
+func readReceiptItem(t *testing.T, r *relay, a, b host) mbx.PushItem {
+	t.Helper()
 	sr, err := mbx.SignReceipt(a.key, "alpha", mbx.ReceiptInput{Msg: "01KKNTQ2CN9WJ3MR4Q1P12F02T", Agent: "bob",
 		State: mbx.ReceiptRead, At: mbx.ISOTime(r.clock.Now()), Seq: 7})
 	if err != nil {
 		t.Fatal(err)
 	}
 	wire, _ := sr.Wire()
-	item := mbx.PushItem{Kind: "receipt", ItemID: sr.ItemID(), Targets: []mbx.PushTarget{{HostPubkey: b.pub(), WireB64: mbx.B64(wire)}}}
+	return mbx.PushItem{Kind: "receipt", ItemID: sr.ItemID(),
+		Targets: []mbx.PushTarget{{HostPubkey: b.pub(), WireB64: mbx.B64(wire)}}}
+}
+
+func TestReceiptItems(t *testing.T) {
+	t.Parallel()
+	r, a, b, _ := setup(t, nil)
+	item := readReceiptItem(t, r, a, b)
 	if st := r.push(a, item).Results[0].Status; st != "accepted" {
 		t.Fatalf("receipt = %s", st)
 	}
@@ -689,7 +697,9 @@ func TestReceiptItems(t *testing.T) {
 		t.Fatalf("receipt with another id = %s", st)
 	}
 	// A receipt signed by another host than the pusher.
-	if st := r.push(b, mbx.PushItem{Kind: "receipt", ItemID: sr.ItemID(), Targets: []mbx.PushTarget{{HostPubkey: a.pub(), WireB64: mbx.B64(wire)}}}).Results[0].Status; st != "rejected:receipt is not signed by the sending host" {
+	foreign := item
+	foreign.Targets = []mbx.PushTarget{{HostPubkey: a.pub(), WireB64: item.Targets[0].WireB64}}
+	if st := r.push(b, foreign).Results[0].Status; st != "rejected:receipt is not signed by the sending host" {
 		t.Fatalf("foreign receipt = %s", st)
 	}
 	plain := mbx.PushItem{Kind: "envelope", ItemID: "01KKNTQ2CN9WJ3MR4Q1P12F02T", Targets: []mbx.PushTarget{{HostPubkey: b.pub(),

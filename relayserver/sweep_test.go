@@ -116,13 +116,7 @@ func TestSweepExpiresEnvelopeAndNotifiesSender(t *testing.T) {
 func TestSweepDropsReceiptsAndNoticesSilently(t *testing.T) {
 	t.Parallel()
 	r, a, b, _ := setup(t, nil)
-	sr, err := mbx.SignReceipt(a.key, "alpha", mbx.ReceiptInput{Msg: "01KKNTQ2CN9WJ3MR4Q1P12F02T", Agent: "bob",
-		State: mbx.ReceiptRead, At: mbx.ISOTime(r.clock.Now()), Seq: 7})
-	if err != nil {
-		t.Fatal(err)
-	}
-	wire, _ := sr.Wire()
-	item := mbx.PushItem{Kind: "receipt", ItemID: sr.ItemID(), Targets: []mbx.PushTarget{{HostPubkey: b.pub(), WireB64: mbx.B64(wire)}}}
+	item := readReceiptItem(t, r, a, b)
 	if st := r.push(a, item).Results[0].Status; st != "accepted" {
 		t.Fatalf("receipt = %s", st)
 	}
