@@ -11,6 +11,11 @@ import (
 	"github.com/agentmbx/agentmbx/relayserver/internal/storekit"
 )
 
+var (
+	_ relayserver.QueueStatter   = (*Store)(nil)
+	_ relayserver.CommitReporter = (*Store)(nil)
+)
+
 // QueueStats implements relayserver.QueueStatter from one snapshot (a repeatable-read,
 // read-only transaction): totals and the deepest targets from the usage counters (one row per
 // target and sender, never the items), the oldest queued item through the expiry index, the

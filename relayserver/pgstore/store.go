@@ -95,11 +95,7 @@ type Store struct {
 	closed bool
 }
 
-var (
-	_ relayserver.Store          = (*Store)(nil)
-	_ relayserver.QueueStatter   = (*Store)(nil)
-	_ relayserver.CommitReporter = (*Store)(nil)
-)
+var _ relayserver.Store = (*Store)(nil)
 
 // Open connects to the database at dbURL (a postgres:// URL or a key=value DSN), refuses settings
 // that could lose an acknowledged commit (ErrUnsafeSettings), and creates or migrates the schema

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/agentmbx/agentmbx/relayserver"
+	"github.com/agentmbx/agentmbx/relayserver/internal/storekit/storekittest"
 	"github.com/agentmbx/agentmbx/relayserver/pgstore/pgtest"
 	"github.com/agentmbx/agentmbx/relayserver/storetest"
 )
@@ -96,101 +97,23 @@ func TestOpenRefusesUnsafeSettingsAndHidesPassword(t *testing.T) {
 	}
 }
 
-// holdWriter makes the only writer run a unit that blocks until release is closed, and returns
-// once that unit is running.
-func holdWriter(t *testing.T, s *Store, release chan struct{}) chan error {
-	started := make(chan struct{})
-	res := make(chan error, 1)
-	go func() {
-		res <- s.Update(ctx, func(tx relayserver.Tx) error {
-			close(started)
-			<-release
-			_, err := tx.InsertItem(storetest.NewItem(storetest.Key(9), storetest.Key(8), "first", "f", 1))
-			return err
-		})
-	}()
-	<-started
-	return res
-}
-
-// runQueued queues n units behind the held writer, releases it once all are queued, and returns
-// each unit's error.
-func runQueued(t *testing.T, s *Store, release chan struct{}, n int) []error {
-	t.Helper()
-	var wg sync.WaitGroup
-	errs := make([]error, n)
-	for i := range n {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			errs[i] = s.Update(ctx, func(tx relayserver.Tx) error {
-				_, err := tx.InsertItem(storetest.NewItem(storetest.Key(9), storetest.Key(i), "x", "w", 1))
-				return err
-			})
-		}()
-	}
-	deadline := time.Now().Add(30 * time.Second)
-	for s.w.queue.Len() < n {
-		if time.Now().After(deadline) {
-			t.Fatalf("only %d units queued, want %d", s.w.queue.Len(), n)
-		}
-		time.Sleep(time.Millisecond)
-	}
-	close(release)
-	wg.Wait()
-	return errs
+// writerOf is s (opened with one writer) with its writer's test hooks.
+func writerOf(s *Store) storekittest.Writer {
+	return storekittest.Writer{Store: s, Queued: s.w.queue.Len,
+		BeforeCommit: func(f func(int) error) { s.w.beforeCommit = f }}
 }
 
 func TestGroupCommitCarriesConcurrentUnits(t *testing.T) {
 	s, _ := openT(t, &Options{Writers: 1})
-	var sizes []int
-	s.w.beforeCommit = func(n int) error { sizes = append(sizes, n); return nil }
-	release := make(chan struct{})
-	first := holdWriter(t, s, release)
-	const n = 10
-	errs := runQueued(t, s, release, n)
-	if err := <-first; err != nil {
-		t.Fatal(err)
-	}
-	for i, err := range errs {
-		if err != nil {
-			t.Fatalf("unit %d: %v", i, err)
-		}
-	}
-	if len(sizes) != 1 || sizes[0] != n+1 {
-		t.Fatalf("commit group sizes = %v, want one commit of %d units", sizes, n+1)
-	}
-	if st := s.Stats(); st.Commits != 1 || st.Units != n+1 {
-		t.Fatalf("stats = %+v, want 1 commit of %d units", st, n+1)
+	n := storekittest.GroupCommit(t, writerOf(s))
+	if st := s.Stats(); st.Commits != 1 || st.Units != int64(n) {
+		t.Fatalf("stats = %+v, want 1 commit of %d units", st, n)
 	}
 }
 
 func TestFailedCommitFailsEveryUnitInIt(t *testing.T) {
 	s, _ := openT(t, &Options{Writers: 1})
-	failNext := true
-	s.w.beforeCommit = func(int) error {
-		if failNext {
-			failNext = false
-			return errors.New("disk full")
-		}
-		return nil
-	}
-	release := make(chan struct{})
-	first := holdWriter(t, s, release)
-	errs := runQueued(t, s, release, 5)
-	if err := <-first; !errors.Is(err, relayserver.ErrCommit) {
-		t.Fatalf("first unit = %v, want ErrCommit", err)
-	}
-	for i, err := range errs {
-		if !errors.Is(err, relayserver.ErrCommit) {
-			t.Fatalf("unit %d = %v, want ErrCommit", i, err)
-		}
-	}
-	p, _ := s.Pull(ctx, storetest.Key(9), 0, 100, 1<<20)
-	if len(p.Items) != 0 || p.HeadSeq != 0 {
-		t.Fatalf("after failed commit the queue holds %+v, want nothing", p)
-	}
-	storetest.Insert(t, s, storetest.NewItem(storetest.Key(9), storetest.Key(1), "after", "a", 1))
+	storekittest.FailedCommit(t, writerOf(s))
 }
 
 // TestResolveLooksUpCommitOutcome: the lookup a writer does when COMMIT lost its connection
@@ -236,7 +159,8 @@ func TestBusyQueueDefersUnitWithoutHoldingTheGroup(t *testing.T) {
 		t.Fatal(err)
 	}
 	release := make(chan struct{})
-	first := holdWriter(t, s, release)
+	w := writerOf(s)
+	first := w.Hold(t, release)
 	res := make(chan error, 3)
 	insert := func(tgt string) {
 		res <- s.Update(ctx, func(tx relayserver.Tx) error {
@@ -245,14 +169,9 @@ func TestBusyQueueDefersUnitWithoutHoldingTheGroup(t *testing.T) {
 		})
 	}
 	go insert(busy)
-	deadline := time.Now().Add(30 * time.Second)
-	for s.w.queue.Len() < 1 && time.Now().Before(deadline) {
-		time.Sleep(time.Millisecond)
-	}
+	w.WaitQueued(t, 1)
 	go insert(storetest.Key(6))
-	for s.w.queue.Len() < 2 && time.Now().Before(deadline) {
-		time.Sleep(time.Millisecond)
-	}
+	w.WaitQueued(t, 2)
 	close(release)
 	if err := <-first; err != nil {
 		t.Fatal(err)

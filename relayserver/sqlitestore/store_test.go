@@ -5,11 +5,11 @@ import (
 	"errors"
 	"path/filepath"
 	"slices"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/agentmbx/agentmbx/relayserver"
+	"github.com/agentmbx/agentmbx/relayserver/internal/storekit/storekittest"
 	"github.com/agentmbx/agentmbx/relayserver/storetest"
 )
 
@@ -176,106 +176,18 @@ func TestSeqFloorSurvivesReopen(t *testing.T) {
 	}
 }
 
-// holdWriter makes the writer run a unit that blocks until release is closed, and returns once
-// that unit is running, so the test can queue more units behind it deterministically.
-func holdWriter(t *testing.T, s *Store, release chan struct{}) chan error {
-	started := make(chan struct{})
-	var once sync.Once
-	res := make(chan error, 1)
-	go func() {
-		res <- s.Update(ctx, func(tx relayserver.Tx) error {
-			once.Do(func() { close(started) }) // a unit may run again (Store.Update)
-			<-release
-			_, err := tx.InsertItem(item(key(9), key(8), "first", "f", 1))
-			return err
-		})
-	}()
-	<-started
-	return res
-}
-
-func waitQueued(t *testing.T, s *Store, n int) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for s.w.queue.Len() < n {
-		if time.Now().After(deadline) {
-			t.Fatalf("only %d units queued, want %d", s.w.queue.Len(), n)
-		}
-		time.Sleep(time.Millisecond)
-	}
-}
-
-// runQueued queues n units behind the writer that holdWriter holds (unit i inserts an item from
-// sender key(i)), releases it once all are queued, and returns each unit's error.
-func runQueued(t *testing.T, s *Store, release chan struct{}, n int) []error {
-	t.Helper()
-	var wg sync.WaitGroup
-	errs := make([]error, n)
-	for i := range n {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			errs[i] = s.Update(ctx, func(tx relayserver.Tx) error {
-				_, err := tx.InsertItem(item(key(9), key(i), "x", "w", 1))
-				return err
-			})
-		}()
-	}
-	waitQueued(t, s, n)
-	close(release)
-	wg.Wait()
-	return errs
+// writerOf is s with its writer's test hooks.
+func writerOf(s *Store) storekittest.Writer {
+	return storekittest.Writer{Store: s, Queued: s.w.queue.Len,
+		BeforeCommit: func(f func(int) error) { s.w.beforeCommit = f }}
 }
 
 func TestGroupCommitCarriesConcurrentUnits(t *testing.T) {
-	s := openT(t, t.TempDir())
-	var sizes []int
-	s.w.beforeCommit = func(n int) error { sizes = append(sizes, n); return nil }
-	release := make(chan struct{})
-	first := holdWriter(t, s, release)
-	const n = 10
-	errs := runQueued(t, s, release, n)
-	if err := <-first; err != nil {
-		t.Fatal(err)
-	}
-	for i, err := range errs {
-		if err != nil {
-			t.Fatalf("unit %d: %v", i, err)
-		}
-	}
-	if len(sizes) != 1 || sizes[0] != n+1 {
-		t.Fatalf("commit group sizes = %v, want one commit of %d units", sizes, n+1)
-	}
+	storekittest.GroupCommit(t, writerOf(openT(t, t.TempDir())))
 }
 
 func TestFailedCommitFailsEveryUnitInIt(t *testing.T) {
-	s := openT(t, t.TempDir())
-	failNext := true
-	s.w.beforeCommit = func(int) error {
-		if failNext {
-			failNext = false
-			return errors.New("disk full")
-		}
-		return nil
-	}
-	release := make(chan struct{})
-	first := holdWriter(t, s, release)
-	const n = 5
-	errs := runQueued(t, s, release, n)
-	if err := <-first; !errors.Is(err, relayserver.ErrCommit) {
-		t.Fatalf("first unit = %v, want ErrCommit", err)
-	}
-	for i, err := range errs {
-		if !errors.Is(err, relayserver.ErrCommit) {
-			t.Fatalf("unit %d = %v, want ErrCommit", i, err)
-		}
-	}
-	p, _ := s.Pull(ctx, key(9), 0, 100, 1<<20)
-	if len(p.Items) != 0 || p.HeadSeq != 0 {
-		t.Fatalf("after failed commit the queue holds %+v, want nothing", p)
-	}
-	// The writer recovers: the next unit commits.
-	insert(t, s, item(key(9), key(1), "after", "a", 1))
+	storekittest.FailedCommit(t, writerOf(openT(t, t.TempDir())))
 }
 
 // A unit that fails after writing runs without a savepoint of its own: the writer rolls the group
@@ -285,7 +197,8 @@ func TestUnitFailingAfterWriteLeavesTheGroupIntact(t *testing.T) {
 	var sizes []int
 	s.w.beforeCommit = func(n int) error { sizes = append(sizes, n); return nil }
 	release := make(chan struct{})
-	first := holdWriter(t, s, release)
+	w := writerOf(s)
+	first := w.Hold(t, release)
 	boom := errors.New("boom")
 	units := []func(relayserver.Tx) error{
 		func(tx relayserver.Tx) error { _, err := tx.InsertItem(item(key(9), key(1), "a", "a", 1)); return err },
@@ -302,7 +215,7 @@ func TestUnitFailingAfterWriteLeavesTheGroupIntact(t *testing.T) {
 	for i, fn := range units {
 		errs[i] = make(chan error, 1)
 		go func() { errs[i] <- s.Update(ctx, fn) }()
-		waitQueued(t, s, i+1) // queued in order
+		w.WaitQueued(t, i+1) // queued in order
 	}
 	close(release)
 	if err := <-first; err != nil {
