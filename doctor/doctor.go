@@ -73,6 +73,7 @@ func Run(ctx context.Context, env Env) Report {
 	}
 	checkModes(env, r)
 	checkDaemon(env, st, r)
+	checkRotation(st, r)
 	var last time.Time
 	if !env.NoMarker {
 		last = readMarker(env.Home)

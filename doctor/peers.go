@@ -30,7 +30,9 @@ func checkPeers(ctx context.Context, env Env, rs api.RelayStatus, r *Report) {
 	}
 	relayUp := rs.Configured && !rs.Stopped
 	for _, p := range peers {
-		r.add(checkPeer(ctx, env, p, relayUp))
+		c := checkPeer(ctx, env, p, relayUp)
+		peerRotationDetail(&c, p)
+		r.add(c)
 	}
 }
 

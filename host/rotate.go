@@ -261,8 +261,11 @@ func finishSwap(dir string, db *bbolt.DB) error {
 	}); err != nil {
 		return err
 	}
-	if st == nil || st.Step != rotPrepared {
+	if st == nil {
 		return nil
+	}
+	if st.Step != rotPrepared {
+		return removeNextKeys(dir) // left by a crash right after the swap, or by an unfinished prepare
 	}
 	rec := st.Signed.Rec
 	cur, curEnc, _, err := readKeys(dir)
@@ -309,6 +312,11 @@ func finishSwap(dir string, db *bbolt.DB) error {
 	if err := failpoint.Inject(FailRotateSwapped); err != nil {
 		return err
 	}
+	return removeNextKeys(dir)
+}
+
+// removeNextKeys removes host.key.next and enc.key.next (once swapped, or never recorded).
+func removeNextKeys(dir string) error {
 	for _, f := range []string{nextHostKey, nextEncKey} {
 		if err := os.Remove(filepath.Join(dir, f)); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			return err

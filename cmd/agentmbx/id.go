@@ -55,10 +55,14 @@ func newIDCmd() *cobra.Command {
 					fmt.Fprintf(w, "LAN:         not listening (%s); retried with backoff, local and relay mail go on\n", st.LANError)
 				}
 				_, err = fmt.Fprintf(w, "daemon:      %s\npeers:       %d\nagents:      %d\n", daemon, st.Peers, st.Agents)
+				if st.Rotation != nil {
+					printRotation(w, st.Rotation)
+				}
 				return err
 			})
 		},
 	}
+	cmd.AddCommand(newIDRotateCmd())
 	addHomeFlag(cmd, &home)
 	cmd.Flags().BoolVar(&card, "card", false, "print the signed host card")
 	cmd.Flags().StringVar(&addr, "addr", "", "with --card: the LAN address (host:port) peers should dial")

@@ -41,7 +41,10 @@ func newPeersCmd() *cobra.Command {
 				for _, p := range ps {
 					rows = append(rows, []string{p.Host, p.Fingerprint, p.Addr})
 				}
-				return table(cmd.OutOrStdout(), []string{"HOST", "FINGERPRINT", "ADDR"}, rows)
+				if err := table(cmd.OutOrStdout(), []string{"HOST", "FINGERPRINT", "ADDR"}, rows); err != nil {
+					return err
+				}
+				return printPeerRotations(cmd.OutOrStdout(), ps)
 			})
 		},
 	}
