@@ -47,11 +47,7 @@ func promValue(scrape, series string) float64 {
 // message over the LAN, and reads the daemon's metrics, health over both the metrics listener
 // and the control socket, and its log.
 func TestE2EDaemonMetricsAndHealth(t *testing.T) {
-	if testing.Short() {
-		t.Skip("end-to-end test")
-	}
-	dir := e2eDir(t)
-	a, b := newNode(t, dir, "alpha"), newNode(t, dir, "beta")
+	_, a, b := twoNodes(t)
 	a.must("agents", "add", "alice")
 	b.must("agents", "add", "bob")
 	metricsFile := a.home + ".metrics"

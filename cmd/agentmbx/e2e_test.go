@@ -78,6 +78,28 @@ func e2eDir(t *testing.T) string {
 	return dir
 }
 
+// twoNodes skips in -short mode, else makes hosts alpha and beta in a fresh e2eDir.
+func twoNodes(t *testing.T) (dir string, a, b *node) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("end-to-end test")
+	}
+	dir = e2eDir(t)
+	return dir, newNode(t, dir, "alpha"), newNode(t, dir, "beta")
+}
+
+// sentWhileBetaDown pairs alpha and beta through their daemons, stops beta's daemon, and has
+// alice send bob@beta a message (subject, body) that waits in alpha's outbox. It returns its id.
+func sentWhileBetaDown(t *testing.T, a, b *node, subject, body string) string {
+	t.Helper()
+	b.must("agents", "add", "bob")
+	a.start()
+	b.start()
+	pinCards(t, a, b)
+	b.stop()
+	return a.send("alice", "bob@beta", subject, body)
+}
+
 // newNode initializes a host named name in a fresh home under dir; its daemon will listen on a
 // free port of 127.0.0.1.
 func newNode(t *testing.T, dir, name string) *node {
@@ -350,11 +372,7 @@ func (n *node) outboxRows(id string) []api.OutboxRow {
 }
 
 func TestE2ETwoHosts(t *testing.T) {
-	if testing.Short() {
-		t.Skip("end-to-end test")
-	}
-	dir := e2eDir(t)
-	a, b := newNode(t, dir, "alpha"), newNode(t, dir, "beta")
+	_, a, b := twoNodes(t)
 	a.must("agents", "add", "alice")
 	b.must("agents", "add", "bob")
 	a.start()
@@ -499,18 +517,8 @@ func TestE2EThreeHostsFanOut(t *testing.T) {
 // TestE2ECrashAfterSend kills the sender's daemon right after it answered a send while the
 // recipient is down: the row is on disk, and after both come back the message arrives, once.
 func TestE2ECrashAfterSend(t *testing.T) {
-	if testing.Short() {
-		t.Skip("end-to-end test")
-	}
-	dir := e2eDir(t)
-	a, b := newNode(t, dir, "alpha"), newNode(t, dir, "beta")
-	b.must("agents", "add", "bob")
-	a.start()
-	b.start()
-	pinCards(t, a, b)
-	b.stop()
-
-	id := a.send("alice", "bob@beta", "while you were out", "kept through a crash")
+	_, a, b := twoNodes(t)
+	id := sentWhileBetaDown(t, a, b, "while you were out", "kept through a crash")
 	a.kill()
 
 	// Without a daemon the command opens the store: the row is there, not done.
@@ -557,11 +565,7 @@ func checkModes(t *testing.T, home string) {
 // TestE2EPairThroughDaemons pairs two hosts whose daemons run: the commands ask the daemons to
 // run the session. An expired token pins nothing.
 func TestE2EPairThroughDaemons(t *testing.T) {
-	if testing.Short() {
-		t.Skip("end-to-end test")
-	}
-	dir := e2eDir(t)
-	a, b := newNode(t, dir, "alpha"), newNode(t, dir, "beta")
+	_, a, b := twoNodes(t)
 	a.start()
 	b.start()
 

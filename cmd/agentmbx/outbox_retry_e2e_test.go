@@ -13,18 +13,8 @@ import (
 // errors (exit 2), a message with nothing to retry is exit 1; without a daemon the command works
 // on the store and says that the rows leave when the daemon starts. Cost: two daemons, ~10 s.
 func TestE2EOutboxRetry(t *testing.T) {
-	if testing.Short() {
-		t.Skip("end-to-end test")
-	}
-	dir := e2eDir(t)
-	a, b := newNode(t, dir, "alpha"), newNode(t, dir, "beta")
-	b.must("agents", "add", "bob")
-	a.start()
-	b.start()
-	pinCards(t, a, b)
-	b.stop()
-
-	id := a.send("alice", "bob@beta", "retry me", "after the outage")
+	_, a, b := twoNodes(t)
+	id := sentWhileBetaDown(t, a, b, "retry me", "after the outage")
 	attempts := func(min int) func() (bool, string) {
 		return func() (bool, string) {
 			rows := a.outboxRows(id)
