@@ -354,3 +354,43 @@ func mustJSON(t *testing.T, v any) []byte {
 	}
 	return b
 }
+
+// TestRevokedTargetWaitsForItsDeadline: a push to a key the relay revoked (its host rotated, and
+// the rotation has not reached this host) is refused as "target revoked", which keeps the row
+// pending through every retry until its own deadline; only then does it end expired.
+func TestRevokedTargetWaitsForItsDeadline(t *testing.T) {
+	a, b, _ := relayPair(t, mbx.Limits{})
+	ctx := context.Background()
+	id := b.send("bob", []string{"alice@alpha"}, "to the old key", "beta never learns the rotation").ID
+	a.rotate()
+	a.finishRotation()
+	deadline := b.row(id, "alpha").Deadline
+	tries := 0
+	for b.clock.Now().Before(deadline.Add(-time.Hour)) {
+		if _, err := b.pass(ctx, true); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := b.sweep(ctx); err != nil {
+			t.Fatal(err)
+		}
+		row := b.row(id, "alpha")
+		if row.State != outbox.StatePending {
+			t.Fatalf("after %d tries the row is %s (%s), want pending until %s", tries, row.State, row.LastError, deadline)
+		}
+		if row.Attempts > 0 && !strings.Contains(row.LastError, "revoked") {
+			t.Fatalf("last error %q, want the revocation", row.LastError)
+		}
+		tries = row.Attempts
+		b.clock.Set(row.NextAt)
+	}
+	if tries < 5 {
+		t.Fatalf("only %d tries before the deadline", tries)
+	}
+	b.clock.Set(deadline.Add(time.Minute))
+	if _, err := b.sweep(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if s := b.rowState(id, "alpha"); s != outbox.StateExpired {
+		t.Fatalf("after the deadline the row is %s, want expired", s)
+	}
+}

@@ -12,11 +12,7 @@ import (
 // the record over the LAN, and mail flows both ways afterwards under the new key. The daemon
 // running, a missing --yes and a second rotation before the first is done are refused.
 func TestE2EIDRotate(t *testing.T) {
-	if testing.Short() {
-		t.Skip("end-to-end test")
-	}
-	dir := e2eDir(t)
-	a, b := newNode(t, dir, "alpha"), newNode(t, dir, "beta")
+	_, a, b := twoNodes(t)
 	a.must("agents", "add", "alice")
 	b.must("agents", "add", "bob")
 	a.start()
