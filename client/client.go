@@ -77,9 +77,7 @@ func (c *Client) Close() error {
 
 // Send accepts a message for delivery; it returns once the daemon has made it durable.
 func (c *Client) Send(ctx context.Context, req api.SendRequest) (api.SendResult, error) {
-	var res api.SendResult
-	err := c.do(ctx, http.MethodPost, "/v1/send", nil, req, &res)
-	return res, err
+	return call[api.SendResult](ctx, c, http.MethodPost, "/v1/send", nil, req)
 }
 
 // Inbox lists an agent's unread mail, or all of it with all.
@@ -88,65 +86,47 @@ func (c *Client) Inbox(ctx context.Context, agent string, all bool) ([]api.Messa
 	if all {
 		q.Set("all", "1")
 	}
-	var res []api.Message
-	err := c.do(ctx, http.MethodGet, "/v1/inbox", q, nil, &res)
-	return res, err
+	return call[[]api.Message](ctx, c, http.MethodGet, "/v1/inbox", q, nil)
 }
 
 // Read returns one message of an agent's and marks it read.
 func (c *Client) Read(ctx context.Context, req api.ReadRequest) (api.Message, error) {
-	var res api.Message
-	err := c.do(ctx, http.MethodPost, "/v1/read", nil, req, &res)
-	return res, err
+	return call[api.Message](ctx, c, http.MethodPost, "/v1/read", nil, req)
 }
 
 // Ack marks a message acknowledged by the agent, with an optional note.
 func (c *Client) Ack(ctx context.Context, req api.AckRequest) (api.Message, error) {
-	var res api.Message
-	err := c.do(ctx, http.MethodPost, "/v1/ack", nil, req, &res)
-	return res, err
+	return call[api.Message](ctx, c, http.MethodPost, "/v1/ack", nil, req)
 }
 
 // Sent shows the per-recipient delivery state of a message this host sent.
 func (c *Client) Sent(ctx context.Context, id string) (api.Sent, error) {
-	var res api.Sent
-	err := c.do(ctx, http.MethodGet, "/v1/sent", url.Values{"id": {id}}, nil, &res)
-	return res, err
+	return call[api.Sent](ctx, c, http.MethodGet, "/v1/sent", url.Values{"id": {id}}, nil)
 }
 
 // Outbox lists the outbox rows.
 func (c *Client) Outbox(ctx context.Context) ([]api.OutboxRow, error) {
-	var res []api.OutboxRow
-	err := c.do(ctx, http.MethodGet, "/v1/outbox", nil, nil, &res)
-	return res, err
+	return call[[]api.OutboxRow](ctx, c, http.MethodGet, "/v1/outbox", nil, nil)
 }
 
 // Agents lists the local agents.
 func (c *Client) Agents(ctx context.Context) ([]api.Agent, error) {
-	var res []api.Agent
-	err := c.do(ctx, http.MethodGet, "/v1/agents", nil, nil, &res)
-	return res, err
+	return call[[]api.Agent](ctx, c, http.MethodGet, "/v1/agents", nil, nil)
 }
 
 // AddAgent registers a local agent (idempotent; the role may be updated).
 func (c *Client) AddAgent(ctx context.Context, a api.Agent) (api.Agent, error) {
-	var res api.Agent
-	err := c.do(ctx, http.MethodPost, "/v1/agents", nil, a, &res)
-	return res, err
+	return call[api.Agent](ctx, c, http.MethodPost, "/v1/agents", nil, a)
 }
 
 // Peers lists the paired hosts.
 func (c *Client) Peers(ctx context.Context) ([]api.Peer, error) {
-	var res []api.Peer
-	err := c.do(ctx, http.MethodGet, "/v1/peers", nil, nil, &res)
-	return res, err
+	return call[[]api.Peer](ctx, c, http.MethodGet, "/v1/peers", nil, nil)
 }
 
 // AddPeer pins a peer from its signed host card.
 func (c *Client) AddPeer(ctx context.Context, card []byte) (api.Peer, error) {
-	var res api.Peer
-	err := c.do(ctx, http.MethodPost, "/v1/peers", nil, rawBody(card), &res)
-	return res, err
+	return call[api.Peer](ctx, c, http.MethodPost, "/v1/peers", nil, rawBody(card))
 }
 
 // RemovePeer unpins a peer.
@@ -158,9 +138,7 @@ func (c *Client) RemovePeer(ctx context.Context, host string) error {
 // (empty on timeout). It is one long-poll request; ctx may end it earlier.
 func (c *Client) Wait(ctx context.Context, agent string, timeout time.Duration) ([]api.Message, error) {
 	q := url.Values{"agent": {agent}, "timeout": {timeout.String()}}
-	var res []api.Message
-	err := c.do(ctx, http.MethodGet, "/v1/wait", q, nil, &res)
-	return res, err
+	return call[[]api.Message](ctx, c, http.MethodGet, "/v1/wait", q, nil)
 }
 
 // Status describes the host. Daemon is always true: the answer came from one.
@@ -188,6 +166,13 @@ func (c *Client) Card(ctx context.Context, addr string) ([]byte, error) {
 
 // rawBody is a request body sent as is.
 type rawBody []byte
+
+// call makes one request (see do) and returns its answer decoded as T.
+func call[T any](ctx context.Context, c *Client, method, path string, q url.Values, in any) (T, error) {
+	var res T
+	err := c.do(ctx, method, path, q, in, &res)
+	return res, err
+}
 
 // do sends one request and decodes a 2xx answer into out (unless out is nil) or turns an error
 // answer into an *Error.

@@ -22,9 +22,7 @@ func (c *Client) InboxPage(ctx context.Context, req api.InboxRequest) (api.Inbox
 		q.Set("since", req.Since)
 	}
 	setLimit(q, req.Limit)
-	var res api.InboxPage
-	err := c.do(ctx, http.MethodGet, "/v1/inbox/page", q, nil, &res)
-	return res, err
+	return call[api.InboxPage](ctx, c, http.MethodGet, "/v1/inbox/page", q, nil)
 }
 
 // WaitNew blocks until the agent has new mail or req.Timeout passes, and returns the oldest
@@ -33,9 +31,7 @@ func (c *Client) InboxPage(ctx context.Context, req api.InboxRequest) (api.Inbox
 func (c *Client) WaitNew(ctx context.Context, req api.WaitRequest) (api.InboxPage, error) {
 	q := url.Values{"agent": {req.Agent}, "timeout": {req.Timeout.String()}}
 	setLimit(q, req.Limit)
-	var res api.InboxPage
-	err := c.do(ctx, http.MethodGet, "/v1/wait/new", q, nil, &res)
-	return res, err
+	return call[api.InboxPage](ctx, c, http.MethodGet, "/v1/wait/new", q, nil)
 }
 
 // Thread returns the messages of the thread of a message (or of a thread id), oldest first.
@@ -44,9 +40,7 @@ func (c *Client) Thread(ctx context.Context, req api.ThreadRequest) (api.Thread,
 	if req.Agent != "" {
 		q.Set("agent", req.Agent)
 	}
-	var res api.Thread
-	err := c.do(ctx, http.MethodGet, "/v1/thread", q, nil, &res)
-	return res, err
+	return call[api.Thread](ctx, c, http.MethodGet, "/v1/thread", q, nil)
 }
 
 // Search finds the messages holding every word of the query, newest first.
@@ -56,23 +50,17 @@ func (c *Client) Search(ctx context.Context, req api.SearchRequest) (api.SearchR
 		q.Set("agent", req.Agent)
 	}
 	setLimit(q, req.Limit)
-	var res api.SearchResult
-	err := c.do(ctx, http.MethodGet, "/v1/search", q, nil, &res)
-	return res, err
+	return call[api.SearchResult](ctx, c, http.MethodGet, "/v1/search", q, nil)
 }
 
 // Reply sends a message to the sender of a message the agent holds, in its thread.
 func (c *Client) Reply(ctx context.Context, req api.ReplyRequest) (api.SendResult, error) {
-	var res api.SendResult
-	err := c.do(ctx, http.MethodPost, "/v1/reply", nil, req, &res)
-	return res, err
+	return call[api.SendResult](ctx, c, http.MethodPost, "/v1/reply", nil, req)
 }
 
 // KnownAgents lists the agents of paired hosts the host knows of.
 func (c *Client) KnownAgents(ctx context.Context) ([]api.KnownAgent, error) {
-	var res []api.KnownAgent
-	err := c.do(ctx, http.MethodGet, "/v1/agents/known", nil, nil, &res)
-	return res, err
+	return call[[]api.KnownAgent](ctx, c, http.MethodGet, "/v1/agents/known", nil, nil)
 }
 
 func setLimit(q url.Values, n int) {

@@ -13,9 +13,7 @@ var _ api.OutboxService = (*Client)(nil)
 
 // RetryOutbox asks the daemon to make outbox rows due now (api.OutboxService).
 func (c *Client) RetryOutbox(ctx context.Context, req api.RetryRequest) (api.RetryResult, error) {
-	var res api.RetryResult
-	err := c.do(ctx, http.MethodPost, "/v1/outbox/retry", nil, req, &res)
-	return res, err
+	return call[api.RetryResult](ctx, c, http.MethodPost, "/v1/outbox/retry", nil, req)
 }
 
 // OutboxPage lists a page of the outbox (api.OutboxService).
@@ -25,7 +23,5 @@ func (c *Client) OutboxPage(ctx context.Context, req api.OutboxRequest) (api.Out
 		q.Set("all", "1")
 	}
 	setLimit(q, req.Limit)
-	var res api.OutboxPage
-	err := c.do(ctx, http.MethodGet, "/v1/outbox/page", q, nil, &res)
-	return res, err
+	return call[api.OutboxPage](ctx, c, http.MethodGet, "/v1/outbox/page", q, nil)
 }

@@ -27,9 +27,7 @@ func (c *Client) StartPairing(ctx context.Context, ttl time.Duration) (string, e
 
 // PairingStatus returns the daemon's current (or last) pairing session state.
 func (c *Client) PairingStatus(ctx context.Context) (api.PairingState, error) {
-	var res api.PairingState
-	err := c.do(ctx, http.MethodGet, "/v1/pair", nil, nil, &res)
-	return res, err
+	return call[api.PairingState](ctx, c, http.MethodGet, "/v1/pair", nil, nil)
 }
 
 // WaitPairing waits until the daemon's session leaves the state from and returns the new state.
@@ -55,17 +53,13 @@ func (c *Client) WaitPairing(ctx context.Context, from api.PairState) (api.Pairi
 // JoinPairing asks the daemon to join the inviter at addr with token; it returns the session
 // state with the code for the user to compare.
 func (c *Client) JoinPairing(ctx context.Context, addr, token string) (api.PairingState, error) {
-	var res api.PairingState
-	err := c.do(ctx, http.MethodPost, "/v1/pair/join", nil, api.PairJoinRequest{Addr: addr, Token: token}, &res)
-	return res, err
+	return call[api.PairingState](ctx, c, http.MethodPost, "/v1/pair/join", nil, api.PairJoinRequest{Addr: addr, Token: token})
 }
 
 // ConfirmPairing gives this side's answer to the code and waits for the other side's: it returns
 // the pinned peer when both accepted. Ending ctx cancels the session.
 func (c *Client) ConfirmPairing(ctx context.Context, accept bool) (api.Peer, error) {
-	var res api.Peer
-	err := c.do(ctx, http.MethodPost, "/v1/pair/confirm", nil, api.PairConfirmRequest{Accept: &accept}, &res)
-	return res, err
+	return call[api.Peer](ctx, c, http.MethodPost, "/v1/pair/confirm", nil, api.PairConfirmRequest{Accept: &accept})
 }
 
 // CancelPairing ends the daemon's open pairing session without pinning.

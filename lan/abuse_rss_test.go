@@ -12,8 +12,6 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
-	"strconv"
-	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -57,20 +55,6 @@ func lanChild(addrFile string) int {
 	return 0
 }
 
-func kB(t *testing.T, pid int, field string) int64 {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		t.Skipf("no /proc: %v", err)
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(line, field+":"); ok {
-			n, _ := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
-			return n
-		}
-	}
-	return 0
-}
-
 // TestAbuseLANHeldBodies (make abuse): 300 connections to a LAN port, each naming a paired peer
 // (names travel in clear) with a fresh timestamp and a junk signature, declaring 1 MiB and
 // sending all but a byte, then holding; the paired peer sends meanwhile. Goal: peak RSS under
@@ -85,7 +69,7 @@ func TestAbuseLANHeldBodies(t *testing.T) {
 	p := testkit.StartProc(t, cmd)
 	addr := p.WaitAddr(t, addrFile)
 	defer func() { _ = p.Stop(t) }()
-	base := kB(t, cmd.Process.Pid, "VmRSS")
+	base := testkit.ProcKB(t, cmd.Process.Pid, "VmRSS")
 	body := bytes.Repeat([]byte{' '}, 1<<20-1)
 	var mu sync.Mutex
 	codes := map[int]int{}
@@ -131,7 +115,7 @@ func TestAbuseLANHeldBodies(t *testing.T) {
 	if code := w.send(); code != 200 {
 		t.Errorf("paired peer during the attack = %d", code)
 	}
-	peak := kB(t, cmd.Process.Pid, "VmHWM")
+	peak := testkit.ProcKB(t, cmd.Process.Pid, "VmHWM")
 	t.Logf("abuse: LAN, 300 connections naming a paired peer with 1 MiB bodies: answers %v (0 = still held or waiting "+
 		"for a connection slot); the paired peer served; peak RSS %d MB (at start %d MB; goal < 200 MB)", codes, peak>>10, base>>10)
 	if peak > 200<<10 {

@@ -127,13 +127,7 @@ func TestEncAdVectors(t *testing.T) {
 						if err != nil {
 							t.Fatal(err)
 						}
-						body, err := marshalJSON(p)
-						if err != nil {
-							t.Fatal(err)
-						}
-						if string(body) != c.PostBody {
-							t.Errorf("post body:\n got %s\nwant %s", body, c.PostBody)
-						}
+						wantPostBody(t, p, c.PostBody)
 					}
 				}
 				now := ms(c.CheckNowMS)
@@ -305,5 +299,17 @@ func BenchmarkCheckEncAd(b *testing.B) {
 		if _, err := CheckEncAd(raw, sig, peer, now); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// wantPostBody fails unless p marshals (as the clients send it) to want.
+func wantPostBody(t *testing.T, p any, want string) {
+	t.Helper()
+	body, err := marshalJSON(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(body) != want {
+		t.Errorf("post body:\n got %s\nwant %s", body, want)
 	}
 }

@@ -55,13 +55,7 @@ func TestSendersVectors(t *testing.T) {
 					if err != nil {
 						t.Fatal(err)
 					}
-					body, err := marshalJSON(p)
-					if err != nil {
-						t.Fatal(err)
-					}
-					if string(body) != c.PostBody {
-						t.Errorf("post body:\n got %s\nwant %s", body, c.PostBody)
-					}
+					wantPostBody(t, p, c.PostBody)
 				} else if c.Expect == "" {
 					t.Errorf("SignSenderList: %v", err)
 				}

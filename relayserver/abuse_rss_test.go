@@ -7,13 +7,13 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/agentmbx/agentmbx/internal/testkit"
 	"github.com/agentmbx/agentmbx/mbx"
 	"github.com/agentmbx/agentmbx/relayserver"
 )
@@ -25,22 +25,6 @@ func abuse(t *testing.T) {
 	if os.Getenv("MBX_ABUSE") != "1" {
 		t.Skip("set MBX_ABUSE=1 (make abuse) for the resource figures")
 	}
-}
-
-// procKB reads a kB field (VmHWM, VmRSS) of /proc/pid/status.
-func procKB(t *testing.T, pid int, field string) int64 {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		t.Skipf("no /proc: %v", err)
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(line, field+":"); ok {
-			n, _ := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
-			return n
-		}
-	}
-	t.Fatalf("no %s", field)
-	return 0
 }
 
 // holdBody opens a connection to addr, sends a push's header declaring 8 MiB signed by h, then
@@ -106,7 +90,7 @@ func TestAbuseRelayHeldBodies(t *testing.T) {
 	a, b, mallory := newHost(t, "alpha", 1), newHost(t, "beta", 2), newHost(t, "mallory", 66)
 	c.enrol(a)
 	c.enrol(b)
-	base := procKB(t, c.cmd.Process.Pid, "VmRSS")
+	base := testkit.ProcKB(t, c.cmd.Process.Pid, "VmRSS")
 	addr := strings.TrimPrefix(c.url, "http://")
 	conns := make(chan net.Conn, 400)
 	for _, wave := range []struct {
@@ -137,7 +121,7 @@ func TestAbuseRelayHeldBodies(t *testing.T) {
 		if p := c.pull(b); len(p.Items) == 0 {
 			t.Errorf("pull during the attack found nothing")
 		}
-		peak := procKB(t, c.cmd.Process.Pid, "VmHWM")
+		peak := testkit.ProcKB(t, c.cmd.Process.Pid, "VmHWM")
 		t.Logf("abuse: relay, 200 connections of an %s declaring 8 MiB: answers %v (0 = held with 8 MiB-1 sent); "+
 			"enrolled hosts served; peak RSS %d MB (at start %d MB; goal < 300 MB)", wave.name, codes, peak>>10, base>>10)
 		if peak > 300<<10 {
@@ -212,5 +196,5 @@ func TestAbuseChallengeFlood(t *testing.T) {
 	t.Logf("abuse: relay, 12,000 challenges from 400 /64s of one /56 in %v: %d answered, %d rate-limited (429), %d other; "+
 		"a fresh host then enrolled in %v; peak RSS %d MB",
 		flood.Round(time.Millisecond), ok.Load(), limited.Load(), other.Load(), time.Since(enrolStart).Round(time.Millisecond),
-		procKB(t, c.cmd.Process.Pid, "VmHWM")>>10)
+		testkit.ProcKB(t, c.cmd.Process.Pid, "VmHWM")>>10)
 }

@@ -3,32 +3,14 @@ package relayserver_test
 import (
 	"bytes"
 	"fmt"
-	"os"
-	"strconv"
-	"strings"
 	"testing"
 	"time"
 
+	"github.com/agentmbx/agentmbx/internal/testkit"
 	"github.com/agentmbx/agentmbx/mbx"
 	"github.com/agentmbx/agentmbx/relayserver"
 	"github.com/agentmbx/agentmbx/relayserver/sqlitestore"
 )
-
-// vmHWM is the peak resident set size of a process, in kB (Linux).
-func vmHWM(t *testing.T, pid int) int64 {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		t.Skipf("no /proc: %v", err)
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(line, "VmHWM:"); ok {
-			n, _ := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
-			return n
-		}
-	}
-	t.Fatal("no VmHWM")
-	return 0
-}
 
 // exercise enrols nothing new: it pulls and pushes as the enrolled hosts would.
 func exercise(t *testing.T, c *child, hs []host) {
@@ -71,7 +53,7 @@ func TestPeakRSSWithMillionItems(t *testing.T) {
 	measure := func(dir string) int64 {
 		c := startChild(t, dir, "")
 		exercise(t, c, hs)
-		kb := vmHWM(t, c.cmd.Process.Pid)
+		kb := testkit.ProcKB(t, c.cmd.Process.Pid, "VmHWM")
 		c.stop()
 		return kb
 	}

@@ -2,9 +2,11 @@ package testkit
 
 import (
 	"errors"
+	"fmt"
 	"net"
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -144,4 +146,22 @@ func (p *Proc) Stop(t testing.TB) error {
 		t.Fatalf("%s did not stop on SIGTERM\n%s", p.Cmd.Path, p.Log.String())
 		return nil
 	}
+}
+
+// ProcKB reads a kB field (VmRSS, VmHWM: the peak RSS) of /proc/PID/status. Without /proc (not
+// Linux) the test is skipped; a field the file does not have fails it.
+func ProcKB(t testing.TB, pid int, field string) int64 {
+	t.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		t.Skipf("no /proc: %v", err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, field+":"); ok {
+			n, _ := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
+			return n
+		}
+	}
+	t.Fatalf("no %s in /proc/%d/status", field, pid)
+	return 0
 }
