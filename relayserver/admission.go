@@ -95,6 +95,9 @@ func (s *Server) verify(r *http.Request, c hopCaller, body []byte) (Enrolment, e
 		if !e.Live() {
 			return Enrolment{}, fmt.Errorf("host key %s: %w", mbx.Fingerprint(e.HostPubkey), ErrRevoked)
 		}
+		if err := deniedEnrolment(e); err != nil {
+			return Enrolment{}, err
+		}
 		return e, nil
 	}
 	return Enrolment{}, last

@@ -19,6 +19,8 @@ type AuthDecision struct {
 	OK      bool
 	Account string
 	Org     string
+	// ClientID is the client the proof came from (an account token's client_id), "" for none.
+	ClientID string
 	// Reason says why a host was refused; it is shown to the host.
 	Reason string
 	// By is the authority that decided when a composite authority delegated (a token authority

@@ -52,6 +52,10 @@ func (s *Server) handleEnrol(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
+	if d, ok := s.deniedBy(req.Pubkey, ""); ok {
+		s.writeError(w, r, fmt.Errorf("%w: this host key is on the relay's deny list (%s)", ErrDenied, d))
+		return
+	}
 	auth := s.opt.Authority
 	dec, err := auth.Authorize(r.Context(), AuthRequest{HostName: req.Host, HostPubkey: req.Pubkey, OwnerFP: req.OwnerFP, Proof: req.Proof})
 	if err != nil {
@@ -66,6 +70,10 @@ func (s *Server) handleEnrol(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, fmt.Errorf("%w: %s", ErrDenied, reason))
 		return
 	}
+	if d, ok := s.deniedBy("", dec.ClientID); ok {
+		s.writeError(w, r, fmt.Errorf("%w: this client is on the relay's deny list (%s)", ErrDenied, d))
+		return
+	}
 	if dec.By != nil {
 		auth = dec.By
 	}
@@ -73,7 +81,7 @@ func (s *Server) handleEnrol(w http.ResponseWriter, r *http.Request) {
 	isNew := false
 	err = s.store.Update(r.Context(), func(tx Tx) error {
 		e := Enrolment{HostPubkey: req.Pubkey, HostName: req.Host, OwnerFP: req.OwnerFP,
-			Account: dec.Account, Org: dec.Org, AuthorizedBy: auth.Name(), AuthorityRank: auth.Rank(), EnrolledAt: now}
+			Account: dec.Account, Org: dec.Org, ClientID: dec.ClientID, AuthorizedBy: auth.Name(), AuthorityRank: auth.Rank(), EnrolledAt: now}
 		old, err := tx.Enrolment(req.Pubkey)
 		switch {
 		case errors.Is(err, ErrNotFound):
@@ -94,9 +102,11 @@ func (s *Server) handleEnrol(w http.ResponseWriter, r *http.Request) {
 			return fmt.Errorf("host key %s: %w", mbx.Fingerprint(req.Pubkey), ErrRevoked)
 		default:
 			e.EnrolledAt = old.EnrolledAt
-			if old.AuthorityRank > e.AuthorityRank {
-				// A weaker authority never overwrites what a stronger one recorded.
-				e.Account, e.Org, e.AuthorizedBy, e.AuthorityRank = old.Account, old.Org, old.AuthorizedBy, old.AuthorityRank
+			if old.AuthorityRank > e.AuthorityRank && old.DeniedAt.IsZero() {
+				// A weaker authority never overwrites what a stronger one recorded (unless the
+				// deny list revoked that grant: then the new authority's word is all there is).
+				e.Account, e.Org, e.ClientID = old.Account, old.Org, old.ClientID
+				e.AuthorizedBy, e.AuthorityRank = old.AuthorizedBy, old.AuthorityRank
 			}
 		}
 		return tx.PutEnrolment(e)

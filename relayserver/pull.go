@@ -160,14 +160,17 @@ func (s *Server) pullWait(ctx context.Context, key string, after int64, limit in
 		}
 		switch w.why {
 		case wakeItem:
-			// The commit may have been a rotation that revoked this very key: answer as a new
-			// request would.
+			// The commit may have been a rotation that revoked this very key, or the deny list
+			// may have revoked it: answer as a new request would.
 			e, err := s.store.Enrolment(ctx, key)
 			if err != nil {
 				return Page{}, err
 			}
 			if !e.Live() {
 				return Page{}, fmt.Errorf("host key %s: %w", mbx.Fingerprint(key), ErrRevoked)
+			}
+			if err := deniedEnrolment(e); err != nil {
+				return Page{}, err // the deny list revoked it meanwhile
 			}
 		default: // evicted by a newer pull of the key, or shutting down: read once more and answer
 			wait = 0

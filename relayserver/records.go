@@ -182,6 +182,14 @@ func (s *Server) handleRotate(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
+	if d, ok := s.deniedBy(old.HostPubkey, old.ClientID); ok {
+		s.writeError(w, r, fmt.Errorf("rotate: %w: the old key is on the relay's deny list (%s)", ErrDenied, d))
+		return
+	}
+	if d, ok := s.deniedBy(rot.Rec.NewPub, ""); ok {
+		s.writeError(w, r, fmt.Errorf("rotate: %w: the new key is on the relay's deny list (%s)", ErrDenied, d))
+		return
+	}
 	var res RotateResult
 	// Waited for even when the client goes away: a committed rotation must wake the held pulls.
 	err = s.store.Update(context.WithoutCancel(r.Context()), func(tx Tx) error {

@@ -14,6 +14,10 @@ func PlanRotation(tx Tx, r Rotation) (nw Enrolment, retried bool, err error) {
 	if err != nil {
 		return nw, false, fmt.Errorf("rotate: old key: %w", err)
 	}
+	if !old.DeniedAt.IsZero() {
+		// The deny list revoked the old enrolment: a rotation must not carry it out of the entry.
+		return nw, false, fmt.Errorf("rotate: old key: %w: revoked by the relay's deny list", ErrDenied)
+	}
 	nw, err = tx.Enrolment(r.NewPubkey)
 	switch {
 	case errors.Is(err, ErrNotFound):
@@ -36,6 +40,7 @@ func PlanRotation(tx Tx, r Rotation) (nw Enrolment, retried bool, err error) {
 	nw.OwnerFP = old.OwnerFP
 	if old.AuthorityRank >= nw.AuthorityRank {
 		nw.Account, nw.Org, nw.AuthorizedBy, nw.AuthorityRank = old.Account, old.Org, old.AuthorizedBy, old.AuthorityRank
+		nw.ClientID = old.ClientID
 	}
 	return nw, false, nil
 }

@@ -178,11 +178,17 @@ func Serve(ctx context.Context, cfg ServeConfig) (err error) {
 			return fmt.Errorf("relayserver: serve: addr file: %w", err)
 		}
 	}
-	// The retention sweep runs until shutdown begins and has stopped before the store closes.
+	// The retention sweep and the deny watch run until shutdown begins and have stopped before
+	// the store closes.
 	sweepCtx, stopSweep := context.WithCancel(context.Background())
 	sweepDone := make(chan struct{})
 	go func() { defer close(sweepDone); srv.RunSweeper(sweepCtx) }()
 	defer func() { stopSweep(); <-sweepDone }()
+	// The deny list is read again every DenyPollEvery (entries another process added).
+	denyCtx, stopDeny := context.WithCancel(context.Background())
+	denyDone := make(chan struct{})
+	go func() { defer close(denyDone); srv.RunDenyWatch(denyCtx) }()
+	defer func() { stopDeny(); <-denyDone }()
 	tick := time.NewTicker(cfg.HeartbeatEvery)
 	defer tick.Stop()
 	for {

@@ -85,6 +85,9 @@ type Options struct {
 	// SweepTicker starts RunSweeper's ticker: the channel fires at each sweep, stop releases it.
 	// Injected for tests. Default time.NewTicker.
 	SweepTicker func(d time.Duration) (c <-chan time.Time, stop func())
+	// DenyPollEvery is how often RunDenyWatch reads the deny list from the store (default
+	// DefaultDenyPollEvery): how late a replica may learn of an entry another process added.
+	DenyPollEvery time.Duration
 	// TrustProxy says which header carries the client address.
 	TrustProxy TrustProxy
 	// Authority decides enrolments. Default HostKeyAuthority.
@@ -128,9 +131,10 @@ type Server struct {
 	budget   *bodylimit.Budget
 	inflight *inflight
 	// cap holds the relay-wide limits (capacity.go).
-	cap *capacity
-	met *Metrics
-	ops opsState
+	cap  *capacity
+	met  *Metrics
+	ops  opsState
+	deny denyState
 }
 
 // New makes a Server over store, whose relay key must be opt.Key (the store is bound to the key
@@ -199,6 +203,9 @@ func New(ctx context.Context, store Store, opt Options) (*Server, error) {
 	if opt.SweepTicker == nil {
 		opt.SweepTicker = defaultTicker
 	}
+	if opt.DenyPollEvery <= 0 {
+		opt.DenyPollEvery = DefaultDenyPollEvery
+	}
 	if opt.Authority == nil {
 		opt.Authority = HostKeyAuthority{}
 	}
@@ -242,6 +249,10 @@ func New(ctx context.Context, store Store, opt Options) (*Server, error) {
 		met:       opt.Metrics,
 	}
 	s.ops.init(opt.Clock())
+	s.deny.applied = map[string]bool{}
+	if err := s.ReloadDeny(ctx); err != nil {
+		return nil, err
+	}
 	if s.met != nil {
 		if err := s.met.attach(s); err != nil {
 			return nil, err

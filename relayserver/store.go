@@ -61,6 +61,9 @@ type Store interface {
 	// Totals returns what the queues of all targets hold together.
 	Totals(ctx context.Context) (Counts, error)
 
+	// DenyList returns every entry of the operator's deny list, ended ones included.
+	DenyList(ctx context.Context) ([]DenyEntry, error)
+
 	// Close waits for pending updates and releases the store.
 	Close() error
 }
@@ -154,6 +157,11 @@ type Tx interface {
 	//   - The usage counters of both queues are recounted; the old key's enc ad is deleted. The
 	//     old key's head and acked_through stay as they were.
 	Rotate(r Rotation) (RotateResult, error)
+
+	DenyWriter
+	// DenyRevoke sets DeniedAt to at on every enrolment that d matches (by host key fingerprint
+	// or client_id) and that is live and not denied already, and returns their keys.
+	DenyRevoke(d DenyEntry, at time.Time) ([]string, error)
 
 	Expiry
 }

@@ -31,6 +31,8 @@ type Enrolment struct {
 	// Account and Org are what the enrolment authority proved ("" for the host-key challenge).
 	Account string
 	Org     string
+	// ClientID is the client_id the account token proved ("" for none); the deny list matches it.
+	ClientID string
 	// AuthorizedBy names the authority that admitted the key; AuthorityRank orders authorities
 	// so a weaker one never overwrites what a stronger one recorded.
 	AuthorizedBy  string
@@ -38,6 +40,9 @@ type Enrolment struct {
 	EnrolledAt    time.Time
 	// RevokedAt is zero for a live enrolment. Nothing ever clears it.
 	RevokedAt time.Time
+	// DeniedAt is when the operator's deny list revoked the enrolment (zero: it did not). The
+	// host's hops are refused until it enrols again, which clears it.
+	DeniedAt time.Time
 }
 
 // Live reports whether the enrolment is not revoked.

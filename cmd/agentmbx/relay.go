@@ -34,7 +34,7 @@ any restore made another way (a volume snapshot, a file copy) needs before the r
 	}
 	cmd.AddCommand(newRelayServeCmd(), newRelayKeygenCmd(), newRelayInfoCmd(),
 		newRelayBackupCmd(), newRelayRestoreCmd(), newRelayRotateEpochCmd(), newRelayBenchCmd())
-	cmd.AddCommand(newRelayHealthcheckCmd())
+	cmd.AddCommand(newRelayHealthcheckCmd(), newRelayDenyCmd())
 	cmd.AddCommand(relayHostCommands()...)
 	return cmd
 }

@@ -2,7 +2,7 @@ package pgstore
 
 // SchemaVersion is the schema this binary writes. Open refuses a database with a higher version
 // and migrates a lower one, in one transaction.
-const SchemaVersion = 1
+const SchemaVersion = 2
 
 // migrations[i] takes a database from schema version i to i+1. A new database runs all of them.
 // Times are unix milliseconds (bigint), as in the SQLite store.
@@ -99,6 +99,22 @@ CREATE TABLE usage(
 	items         bigint NOT NULL,
 	bytes         bigint NOT NULL,
 	PRIMARY KEY(target_pubkey, sender_pubkey)
+);
+`,
+	// 1 → 2: the operator's deny list, and on enrolments the client_id an account token proved
+	// and when the deny list revoked the enrolment (cleared by a new enrolment).
+	`
+ALTER TABLE enrolments ADD COLUMN client_id text NOT NULL DEFAULT '';
+ALTER TABLE enrolments ADD COLUMN denied_at bigint;
+CREATE INDEX enrolments_client ON enrolments(client_id) WHERE client_id <> '';
+
+CREATE TABLE deny(
+	kind     text NOT NULL,
+	value    text NOT NULL,
+	added_at bigint NOT NULL,
+	until    bigint NOT NULL, -- 0: until removed
+	note     text NOT NULL,
+	PRIMARY KEY(kind, value)
 );
 `,
 }

@@ -60,8 +60,8 @@ func TestUpgradeFromVersion2KeepsQueueAndDedup(t *testing.T) {
 
 	s := openT(t, dir)
 	m, err := s.Meta(ctx)
-	if err != nil || m.SchemaVersion != 3 || m.Epoch != "v2-epoch" || m.RelayPubkey != "R" {
-		t.Fatalf("meta after upgrade = %+v, %v; want schema 3, epoch v2-epoch, key R", m, err)
+	if err != nil || m.SchemaVersion != SchemaVersion || m.Epoch != "v2-epoch" || m.RelayPubkey != "R" {
+		t.Fatalf("meta after upgrade = %+v, %v; want the current schema, epoch v2-epoch, key R", m, err)
 	}
 	p, err := s.Pull(ctx, tgt, 0, 10, 1<<20)
 	if err != nil {

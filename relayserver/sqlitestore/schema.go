@@ -2,7 +2,7 @@ package sqlitestore
 
 // SchemaVersion is the schema this binary writes. Open refuses a store with a higher version and
 // migrates a lower one, in one transaction that keeps the epoch.
-const SchemaVersion = 3
+const SchemaVersion = 4
 
 // migrations[i] takes a store from schema version i to i+1. A new store runs all of them.
 var migrations = []string{
@@ -186,5 +186,21 @@ CREATE TRIGGER items_queued AFTER INSERT ON items BEGIN
 		SELECT t.pubkey, s.pubkey, 1, NEW.bytes FROM keys t, keys s WHERE t.id = NEW.target AND s.id = NEW.sender
 		ON CONFLICT(target_pubkey, sender_pubkey) DO UPDATE SET items = items + 1, bytes = bytes + excluded.bytes;
 END;
+`,
+	// 3 → 4: the operator's deny list, and on enrolments the client_id an account token proved
+	// and when the deny list revoked the enrolment (cleared by a new enrolment).
+	`
+ALTER TABLE enrolments ADD COLUMN client_id TEXT NOT NULL DEFAULT '';
+ALTER TABLE enrolments ADD COLUMN denied_at INTEGER; -- unix ms
+CREATE INDEX enrolments_client ON enrolments(client_id) WHERE client_id <> '';
+
+CREATE TABLE deny(
+	kind     TEXT NOT NULL,    -- fingerprint or client_id
+	value    TEXT NOT NULL,
+	added_at INTEGER NOT NULL, -- unix ms
+	until    INTEGER NOT NULL, -- unix ms; 0 until removed
+	note     TEXT NOT NULL,
+	PRIMARY KEY(kind, value)
+) WITHOUT ROWID;
 `,
 }

@@ -87,7 +87,7 @@ func TestUpgradeFromVersion1KeepsEpochAndData(t *testing.T) {
 	for _, q := range []string{
 		"DROP TABLE meta", "DROP TABLE enrolments", "DROP TABLE sender_lists", "DROP TABLE enc_ads",
 		"DROP TABLE items", "DROP TABLE dedup", "DROP TABLE seqs", "DROP TABLE acked",
-		"DROP TABLE sender_list_members", "DROP TABLE usage", "DROP TABLE keys",
+		"DROP TABLE sender_list_members", "DROP TABLE usage", "DROP TABLE keys", "DROP TABLE deny",
 		migrations[0],
 		"INSERT INTO meta VALUES('schema_version', '1'), ('epoch', 'old-epoch'), ('relay_pubkey', 'R')",
 		`INSERT INTO items VALUES('T', 7, 'envelope', 'i1', 'S', 'h', 3, 1, 2, x'616263'),

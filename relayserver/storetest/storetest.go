@@ -52,6 +52,7 @@ var cases = []struct {
 	{"ChallengeSecretIsMadeOnce", testChallengeSecret},
 	{"TotalsOfAllQueues", testTotals},
 	{"ClosedStoreRefusesUpdates", testClosedStoreRefusesUpdates},
+	{"DenyList", testDenyList},
 }
 
 var ctx = context.Background()

@@ -182,7 +182,7 @@ func (a *Authority) Authorize(ctx context.Context, req relayserver.AuthRequest) 
 	if a.denied("", c.ClientID) {
 		return refuse("this client is denied")
 	}
-	return relayserver.AuthDecision{OK: true, Account: c.Account, Org: c.Org}, nil
+	return relayserver.AuthDecision{OK: true, Account: c.Account, Org: c.Org, ClientID: c.ClientID}, nil
 }
 
 func refuse(reason string) (relayserver.AuthDecision, error) {
