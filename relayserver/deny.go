@@ -30,9 +30,9 @@ const MinDenyFor = 15 * time.Minute
 // (Options.DenyPollEvery): the bound on how late a replica learns of an entry.
 const DefaultDenyPollEvery = 5 * time.Second
 
-// DenyEntry is one entry of the operator's deny list (docs/design.md: the deny list). While it is
-// active, matching enrolments are refused and matching enrolled hosts are revoked: each must
-// enrol again, which the entry refuses until it ends.
+// DenyEntry is one entry of the operator's deny list (docs/design.md: Enrolment and
+// publications). While it is active, matching enrolments are refused and matching enrolled hosts
+// are revoked: each must enrol again, which the entry refuses until it ends.
 type DenyEntry struct {
 	Kind  DenyKind
 	Value string // a canonical fingerprint, or a client_id

@@ -29,7 +29,9 @@ func newRelayCmd() *cobra.Command {
 Operations on its store: 'relay backup FILE' copies it online, safe while 'relay serve' runs;
 'relay restore FILE' puts a backup back (the relay must be stopped) under a new epoch, so hosts
 re-push and re-pull what the backup lacks; 'relay rotate-epoch' gives the store a new epoch, which
-any restore made another way (a volume snapshot, a file copy) needs before the relay serves again.`,
+any restore made another way (a volume snapshot, a file copy) needs before the relay serves again.
+'relay deny add|remove|list' keeps the deny list, by host key fingerprint or account client_id,
+in the store, while the relay serves or not.`,
 		Args: cobra.NoArgs,
 	}
 	cmd.AddCommand(newRelayServeCmd(), newRelayKeygenCmd(), newRelayInfoCmd(),

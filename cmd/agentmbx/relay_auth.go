@@ -14,7 +14,6 @@ import (
 type authFlags struct {
 	issuer, jwksURL, audience string
 	required                  bool
-	denyClients, denyHosts    []string
 }
 
 func (a *authFlags) add(cmd *cobra.Command) {
@@ -23,8 +22,6 @@ func (a *authFlags) add(cmd *cobra.Command) {
 	f.StringVar(&a.jwksURL, "auth-jwks-url", "", "the issuer's JWKS, fetched and cached to verify account tokens offline")
 	f.StringVar(&a.audience, "auth-audience", "", "the aud account tokens must carry: this relay's URL")
 	f.BoolVar(&a.required, "auth-required", false, "refuse hosts without an account token (default: they enrol by the host-key challenge, with no account)")
-	f.StringSliceVar(&a.denyClients, "auth-deny-client", nil, "refuse account tokens of this client_id (repeatable)")
-	f.StringSliceVar(&a.denyHosts, "auth-deny-host", nil, "refuse enrolments of this host key fingerprint (repeatable)")
 }
 
 // authority is the enrolment authority the flags ask for: nil (the relay's default, the host-key
@@ -32,7 +29,7 @@ func (a *authFlags) add(cmd *cobra.Command) {
 func (a *authFlags) authority(ctx context.Context, log *slog.Logger) (relayserver.EnrolmentAuthority, error) {
 	set := a.issuer != "" || a.jwksURL != "" || a.audience != ""
 	if !set {
-		if a.required || len(a.denyClients) > 0 || len(a.denyHosts) > 0 {
+		if a.required {
 			return nil, usageErr("pass --auth-issuer, --auth-jwks-url and --auth-audience", "relay serve: account-token flags without an issuer")
 		}
 		return nil, nil
@@ -41,7 +38,7 @@ func (a *authFlags) authority(ctx context.Context, log *slog.Logger) (relayserve
 		return nil, usageErr("pass all three", "relay serve: --auth-issuer, --auth-jwks-url and --auth-audience go together")
 	}
 	auth, err := tokenauth.New(ctx, tokenauth.Config{Issuer: a.issuer, JWKSURL: a.jwksURL, Audience: a.audience,
-		Required: a.required, DenyClientIDs: a.denyClients, DenyHosts: a.denyHosts, Logger: log})
+		Required: a.required, Logger: log})
 	if err != nil {
 		return nil, usageErr("", "relay serve: %v", err)
 	}

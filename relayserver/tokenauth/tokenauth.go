@@ -14,7 +14,6 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
-	"slices"
 	"sync/atomic"
 	"time"
 
@@ -23,7 +22,6 @@ import (
 	"github.com/golang-jwt/jwt/v5"
 	"golang.org/x/time/rate"
 
-	"github.com/agentmbx/agentmbx/mbx"
 	"github.com/agentmbx/agentmbx/relayserver"
 )
 
@@ -45,9 +43,6 @@ type Config struct {
 	// Required refuses hosts without a token; otherwise they enrol by the host-key challenge, the
 	// weaker authority, and prove no account.
 	Required bool
-	// DenyClientIDs and DenyHosts (fingerprints or public keys) refuse matching enrolments.
-	DenyClientIDs []string
-	DenyHosts     []string
 
 	MaxLifetime     time.Duration // exp-iat at most this (DefaultMaxLifetime)
 	RefreshInterval time.Duration // JWKS refreshed this often (DefaultRefreshInterval)
@@ -159,11 +154,9 @@ func (a *Authority) KeysFresh() bool {
 	return at != 0 && a.cfg.Clock().Sub(time.Unix(0, at)) <= a.cfg.CacheLifetime
 }
 
-// Authorize implements relayserver.EnrolmentAuthority.
+// Authorize implements relayserver.EnrolmentAuthority. The relay's deny list (by host key and by
+// the client_id returned here) is checked by the relay itself, for every authority.
 func (a *Authority) Authorize(ctx context.Context, req relayserver.AuthRequest) (relayserver.AuthDecision, error) {
-	if a.denied(req.HostPubkey, "") {
-		return refuse("this host is denied")
-	}
 	if req.Proof == "" {
 		if a.cfg.Required {
 			return refuse("this relay admits hosts by account token only (relay set --token-file)")
@@ -179,28 +172,11 @@ func (a *Authority) Authorize(ctx context.Context, req relayserver.AuthRequest) 
 	if err != nil {
 		return refuse("account token refused: " + err.Error())
 	}
-	if a.denied("", c.ClientID) {
-		return refuse("this client is denied")
-	}
 	return relayserver.AuthDecision{OK: true, Account: c.Account, Org: c.Org, ClientID: c.ClientID}, nil
 }
 
 func refuse(reason string) (relayserver.AuthDecision, error) {
 	return relayserver.AuthDecision{Reason: reason}, nil
-}
-
-func (a *Authority) denied(hostPubkey, clientID string) bool {
-	if clientID != "" && slices.Contains(a.cfg.DenyClientIDs, clientID) {
-		return true
-	}
-	if hostPubkey == "" {
-		return false
-	}
-	fp := mbx.Fingerprint(hostPubkey)
-	return slices.ContainsFunc(a.cfg.DenyHosts, func(d string) bool {
-		p, err := mbx.ParseFingerprint(d)
-		return err == nil && (p == hostPubkey || p == fp || d == fp)
-	})
 }
 
 // verify checks the token's signature and every claim; errors name the claim, never the token.
