@@ -234,7 +234,7 @@ func AcceptedResult(relay SigningKey, status string, a Accept) (PushResult, erro
 	}
 	raw, ok := appendAcceptJSON(nil, a, false)
 	if !ok {
-		if raw, err = marshalJSON(a); err != nil {
+		if raw, err = MarshalJSON(a); err != nil {
 			return PushResult{}, fmt.Errorf("sign accept: %w", err)
 		}
 	}

@@ -34,7 +34,7 @@ func TestAcceptJSONFastPathMatchesGeneric(t *testing.T) {
 			if !bytes.Equal(got, want) {
 				t.Errorf("signing input\n got %s\nwant %s", got, want)
 			}
-			raw, err := marshalJSON(a)
+			raw, err := MarshalJSON(a)
 			if err != nil {
 				t.Fatal(err)
 			}

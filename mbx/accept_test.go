@@ -110,7 +110,7 @@ func TestRelayAcceptVectors(t *testing.T) {
 				}
 				req.Items = append(req.Items, pi)
 			}
-			body, err := marshalJSON(req)
+			body, err := MarshalJSON(req)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -49,8 +49,9 @@ func ParseJSON(data []byte) (any, error) {
 	return v, nil
 }
 
-// marshalJSON encodes v with encoding/json without HTML escaping and without the trailing newline.
-func marshalJSON(v any) ([]byte, error) {
+// MarshalJSON encodes v with encoding/json without HTML escaping (the bytes JSON.stringify writes
+// for the same value) and without the trailing newline.
+func MarshalJSON(v any) ([]byte, error) {
 	var buf bytes.Buffer
 	enc := json.NewEncoder(&buf)
 	enc.SetEscapeHTML(false)
@@ -128,7 +129,7 @@ func appendCanonical(buf []byte, v any) ([]byte, error) {
 		}
 		return appendCanonical(buf, t)
 	default:
-		raw, err := marshalJSON(v)
+		raw, err := MarshalJSON(v)
 		if err != nil {
 			return nil, fmt.Errorf("%w: %T: %v", ErrUnsupported, v, err)
 		}

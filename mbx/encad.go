@@ -88,7 +88,7 @@ func (a EncAd) SigningInput() ([]byte, error) { return Canonical(a) }
 
 // Publish is the POST /v2/relay/enc-key body for the ad and its signature.
 func (a EncAd) Publish(sig string) (EncAdPublish, error) {
-	raw, err := marshalJSON(a)
+	raw, err := MarshalJSON(a)
 	if err != nil {
 		return EncAdPublish{}, err
 	}

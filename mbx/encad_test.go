@@ -79,7 +79,7 @@ func TestEncAdVectors(t *testing.T) {
 					if string(in) != c.SigningInput || sig != c.Sig {
 						t.Errorf("v1 ad:\n got %s %s\nwant %s %s", in, sig, c.SigningInput, c.Sig)
 					}
-					body, err := marshalJSON(EncAdPublishV1{EncPub: ad.EncPub, Sig: sig})
+					body, err := MarshalJSON(EncAdPublishV1{EncPub: ad.EncPub, Sig: sig})
 					if err != nil {
 						t.Fatal(err)
 					}
@@ -305,7 +305,7 @@ func BenchmarkCheckEncAd(b *testing.B) {
 // wantPostBody fails unless p marshals (as the clients send it) to want.
 func wantPostBody(t *testing.T, p any, want string) {
 	t.Helper()
-	body, err := marshalJSON(p)
+	body, err := MarshalJSON(p)
 	if err != nil {
 		t.Fatal(err)
 	}

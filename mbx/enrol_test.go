@@ -47,12 +47,12 @@ func TestEnrolVectors(t *testing.T) {
 			if req.Sig != c.Sig {
 				t.Errorf("sig: got %s, want %s", req.Sig, c.Sig)
 			}
-			body, err := marshalJSON(ChallengeRequest{Host: c.Host, Pubkey: c.Pubkey})
+			body, err := MarshalJSON(ChallengeRequest{Host: c.Host, Pubkey: c.Pubkey})
 			if err != nil || string(body) != c.ChallengeRequest {
 				t.Errorf("challenge body:\n got %s (%v)\nwant %s", body, err, c.ChallengeRequest)
 			}
 			if c.Expect == "" {
-				body, err := marshalJSON(req)
+				body, err := MarshalJSON(req)
 				if err != nil || string(body) != c.EnrolRequest {
 					t.Errorf("enrol body:\n got %s (%v)\nwant %s", body, err, c.EnrolRequest)
 				}

@@ -145,10 +145,10 @@ func (p *perturber) rewriteFile(data []byte) ([]byte, error) {
 		cases[i] = out
 	}
 	var err error
-	if doc["cases"], err = marshalJSON(cases); err != nil {
+	if doc["cases"], err = MarshalJSON(cases); err != nil {
 		return nil, err
 	}
-	return marshalJSON(doc)
+	return MarshalJSON(doc)
 }
 
 // rewriteRaw rewrites one JSON value token by token, keeping its order.
@@ -193,7 +193,7 @@ func (p *perturber) rewriteRaw(raw []byte) ([]byte, error) {
 			continue
 		}
 		sep()
-		b, err := marshalJSON(p.rewriteValue(tok))
+		b, err := MarshalJSON(p.rewriteValue(tok))
 		if err != nil {
 			return nil, err
 		}

@@ -59,7 +59,7 @@ func SealRotationNotice(rand io.Reader, itemID string, signed []byte, recipientE
 		return nil, fmt.Errorf("seal rotation notice: %w", err)
 	}
 	seal := &noticeSeal{V: 1, Alg: EncAlg, EPK: enc.EPK, Nonce: enc.Nonce, Body: enc.Body}
-	return marshalJSON(rotationNotice{V: 1, Type: RotationNoticeType, ID: itemID, Enc: seal})
+	return MarshalJSON(rotationNotice{V: 1, Type: RotationNoticeType, ID: itemID, Enc: seal})
 }
 
 // IsRotationNotice reports whether wire is shaped as a rotation notice (its type field).

@@ -72,7 +72,7 @@ func TestRotationVectors(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				got, err := marshalJSON(s)
+				got, err := MarshalJSON(s)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -83,7 +83,7 @@ func TestRotationVectors(t *testing.T) {
 				if gotC, _ := CanonicalJSON(got); string(gotC) != string(want) {
 					t.Errorf("signed rotation:\n got %s\nwant %s", gotC, want)
 				}
-				body, err := marshalJSON(RotateRequest{Rotation: got})
+				body, err := MarshalJSON(RotateRequest{Rotation: got})
 				if err != nil {
 					t.Fatal(err)
 				}

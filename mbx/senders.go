@@ -60,7 +60,7 @@ func (l SenderList) SigningInput() ([]byte, error) { return Canonical(l) }
 
 // Publish is the POST /v2/relay/senders body for the list and its signature.
 func (l SenderList) Publish(sig string) (SendersPublish, error) {
-	raw, err := marshalJSON(l)
+	raw, err := MarshalJSON(l)
 	if err != nil {
 		return SendersPublish{}, err
 	}

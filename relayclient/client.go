@@ -1,7 +1,6 @@
 package relayclient
 
 import (
-	"bytes"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -336,17 +335,6 @@ func decode(op string, a answer, v any) error {
 		return fmt.Errorf("relayclient: %s: %w: %v", op, ErrProtocol, err)
 	}
 	return nil
-}
-
-// marshal encodes a request body without Go's HTML escaping.
-func marshal(v any) ([]byte, error) {
-	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
-	enc.SetEscapeHTML(false)
-	if err := enc.Encode(v); err != nil {
-		return nil, err
-	}
-	return bytes.TrimSuffix(buf.Bytes(), []byte{'\n'}), nil
 }
 
 // expectOK checks the {"ok":true} answer of a publication.

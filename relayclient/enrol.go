@@ -22,7 +22,7 @@ func enrol(ctx context.Context, do func(context.Context, request) (answer, error
 	if err := mbx.CheckChallengeRequest(mbx.ChallengeRequest{Host: host, Pubkey: pub}); err != nil {
 		return fmt.Errorf("relayclient: enrol: %w: %w", ErrInvalid, err)
 	}
-	body, err := marshal(mbx.ChallengeRequest{Host: host, Pubkey: pub})
+	body, err := mbx.MarshalJSON(mbx.ChallengeRequest{Host: host, Pubkey: pub})
 	if err != nil {
 		return fmt.Errorf("relayclient: enrol: %w", err)
 	}
@@ -42,7 +42,7 @@ func enrol(ctx context.Context, do func(context.Context, request) (answer, error
 		return fmt.Errorf("relayclient: enrol: %w: %w", ErrInvalid, err)
 	}
 	req.Proof = proof
-	body, err = marshal(req)
+	body, err = mbx.MarshalJSON(req)
 	if err != nil {
 		return fmt.Errorf("relayclient: enrol: %w", err)
 	}

@@ -22,7 +22,7 @@ func (c *Client) PublishEncAd(ctx context.Context, encPub string, ttl time.Durat
 	if err != nil {
 		return mbx.EncAd{}, fmt.Errorf("relayclient: publish enc-key ad: %w", err)
 	}
-	body, err := marshal(pub)
+	body, err := mbx.MarshalJSON(pub)
 	if err != nil {
 		return mbx.EncAd{}, fmt.Errorf("relayclient: publish enc-key ad: %w", err)
 	}
@@ -51,7 +51,7 @@ func publishEncAdV1(ctx context.Context, do func(context.Context, request) (answ
 	if err != nil {
 		return fmt.Errorf("relayclient: publish v1 enc-key ad: %w: %w", ErrInvalid, err)
 	}
-	body, err := marshal(mbx.EncAdPublishV1{EncPub: encPub, Sig: sig})
+	body, err := mbx.MarshalJSON(mbx.EncAdPublishV1{EncPub: encPub, Sig: sig})
 	if err != nil {
 		return fmt.Errorf("relayclient: publish v1 enc-key ad: %w", err)
 	}
@@ -113,7 +113,7 @@ func (c *Client) PublishSenders(ctx context.Context, senders []string) (mbx.Send
 	if err != nil {
 		return mbx.SenderList{}, fmt.Errorf("relayclient: publish senders: %w", err)
 	}
-	body, err := marshal(pub)
+	body, err := mbx.MarshalJSON(pub)
 	if err != nil {
 		return mbx.SenderList{}, fmt.Errorf("relayclient: publish senders: %w", err)
 	}
@@ -132,14 +132,14 @@ func (c *Client) PublishSenders(ctx context.Context, senders []string) (mbx.Send
 // to the new key and revokes the old one. Afterwards use a Client with the new key, reset the
 // receive position for this relay to 0 (inbox.ResetRotated) and republish the enc-key ad.
 func (c *Client) Rotate(ctx context.Context, rot mbx.SignedRotation) (mbx.RotateResponse, error) {
-	raw, err := marshal(rot)
+	raw, err := mbx.MarshalJSON(rot)
 	if err != nil {
 		return mbx.RotateResponse{}, fmt.Errorf("relayclient: rotate: %w", err)
 	}
 	if _, err := mbx.CheckRotation(raw, rot.Rec.OldPub); err != nil {
 		return mbx.RotateResponse{}, fmt.Errorf("relayclient: rotate: %w: %w", ErrInvalid, err)
 	}
-	body, err := marshal(mbx.RotateRequest{Rotation: raw})
+	body, err := mbx.MarshalJSON(mbx.RotateRequest{Rotation: raw})
 	if err != nil {
 		return mbx.RotateResponse{}, fmt.Errorf("relayclient: rotate: %w", err)
 	}

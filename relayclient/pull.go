@@ -98,7 +98,7 @@ func (c *Client) Ack(ctx context.Context, epoch string, through int64) (mbx.AckR
 	if epoch == "" || len(epoch) > maxEpochLen || through < 0 {
 		return mbx.AckResponse{}, fmt.Errorf("relayclient: ack: %w: epoch %q through %d", ErrInvalid, epoch, through)
 	}
-	body, err := marshal(mbx.AckRequest{Epoch: epoch, Through: through})
+	body, err := mbx.MarshalJSON(mbx.AckRequest{Epoch: epoch, Through: through})
 	if err != nil {
 		return mbx.AckResponse{}, fmt.Errorf("relayclient: ack: %w", err)
 	}

@@ -105,7 +105,7 @@ func (c *Client) Push(ctx context.Context, items []PushItem) ([]ItemResult, erro
 	if err != nil {
 		return nil, fmt.Errorf("relayclient: push: %w", err)
 	}
-	body, err := marshal(req)
+	body, err := mbx.MarshalJSON(req)
 	if err != nil {
 		return nil, fmt.Errorf("relayclient: push: %w", err)
 	}

@@ -124,7 +124,7 @@ func (c *V1) Push(ctx context.Context, envelopes []json.RawMessage) (V1PushResul
 			return V1PushResult{}, fmt.Errorf("relayclient: v1 push: %w: envelope %d is not a sealed envelope object", ErrInvalid, i)
 		}
 	}
-	body, err := marshal(map[string]any{"envelopes": envelopes})
+	body, err := mbx.MarshalJSON(map[string]any{"envelopes": envelopes})
 	if err != nil {
 		return V1PushResult{}, fmt.Errorf("relayclient: v1 push: %w", err)
 	}
@@ -189,7 +189,7 @@ func (c *V1) Pull(ctx context.Context, after int64) (V1Page, error) {
 // Ack tells the relay everything through cursor is processed (POST /v1/relay/ack); the relay
 // drops it. Ack only what is durably received.
 func (c *V1) Ack(ctx context.Context, cursor int64) error {
-	body, err := marshal(map[string]int64{"cursor": cursor})
+	body, err := mbx.MarshalJSON(map[string]int64{"cursor": cursor})
 	if err != nil {
 		return fmt.Errorf("relayclient: v1 ack: %w", err)
 	}
