@@ -21,8 +21,8 @@ import (
 	"github.com/agentmbx/agentmbx/outbox"
 )
 
-// The LAN server's adversarial tests (issue 9, finding 4): bounded loops on loopback, no
-// assertion on wall-clock time.
+// The LAN server's adversarial tests (docs/design.md: Quotas and bounds): bounded loops on
+// loopback, no assertion on wall-clock time.
 
 var t0 = time.UnixMilli(1773480413589).UTC()
 

@@ -18,7 +18,7 @@ import (
 	"github.com/agentmbx/agentmbx/relayserver"
 )
 
-// The figures of issue 9 (make abuse): attacks on a relay process, measured by its peak RSS.
+// The abuse figures (make abuse): attacks on a relay process, measured by its peak RSS.
 // They run only with MBX_ABUSE=1: each holds hundreds of connections and megabytes for seconds.
 
 func abuse(t *testing.T) {

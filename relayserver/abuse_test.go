@@ -14,9 +14,9 @@ import (
 	"github.com/agentmbx/agentmbx/relayserver"
 )
 
-// The adversarial suite of issue 9: every attack is a bounded loop on loopback that stops by
-// itself, and each test asserts the attack is refused or bounded while legitimate hosts are
-// served during and after it. No assertion depends on wall-clock time; deadlines only stop a
+// The adversarial suite (docs/design.md: Quotas and bounds): every attack is a bounded loop on
+// loopback that stops by itself, and each test asserts the attack is refused or bounded while
+// legitimate hosts are served during and after it. No assertion depends on wall-clock time; deadlines only stop a
 // broken test from hanging.
 
 const ioDeadline = 30 * time.Second

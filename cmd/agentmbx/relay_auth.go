@@ -10,7 +10,7 @@ import (
 	"github.com/agentmbx/agentmbx/relayserver/tokenauth"
 )
 
-// authFlags are relay serve's account-token flags (issue 11).
+// authFlags are relay serve's account-token flags: the issuer whose tokens prove accounts.
 type authFlags struct {
 	issuer, jwksURL, audience string
 	required                  bool

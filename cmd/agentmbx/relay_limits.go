@@ -6,7 +6,8 @@ import (
 	"github.com/agentmbx/agentmbx/relayserver"
 )
 
-// limitFlags are relay serve's bounds on what clients may make it hold (issue 9).
+// limitFlags are relay serve's bounds on what clients may make it hold (docs/design.md: Quotas
+// and bounds).
 type limitFlags struct {
 	bodyBudget, maxItems, maxBytes int64
 	perClient, enrolPerDay         int
