@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"runtime"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -140,9 +141,30 @@ func (s *Server) checkItem(w *pushWork, sender string) {
 }
 
 // checkEnvelopeWire checks what the relay can see of an envelope: it is a JSON object whose id is
-// the item id, and its body is sealed (enc is an object). Member values stay raw bytes: the sealed
-// body, most of the envelope, is scanned once and never decoded.
+// the item id, and its body is sealed (enc is an object). The wire is validated once and its
+// top-level members are walked in place (envelopeMembers); nothing is decoded or copied unless a
+// key or the id needs unescaping, when the generic decoder (checkEnvelopeDecoded) decides.
 func checkEnvelopeWire(itemID string, wire []byte) string {
+	if !json.Valid(wire) {
+		return RejectBadEnvelope
+	}
+	id, enc, isObject, plain := envelopeMembers(wire)
+	switch {
+	case !isObject:
+		return RejectBadEnvelope
+	case !plain:
+		return checkEnvelopeDecoded(itemID, wire)
+	case len(id) < 2 || id[0] != '"' || string(id[1:len(id)-1]) != itemID:
+		return RejectEnvelopeID
+	case len(enc) == 0 || enc[0] != '{':
+		return RejectNotSealed
+	}
+	return ""
+}
+
+// checkEnvelopeDecoded is checkEnvelopeWire through the generic decoder: member values stay raw
+// bytes, so the sealed body is scanned and never decoded.
+func checkEnvelopeDecoded(itemID string, wire []byte) string {
 	var m map[string]json.RawMessage
 	if err := json.Unmarshal(wire, &m); err != nil || m == nil {
 		return RejectBadEnvelope
@@ -155,6 +177,92 @@ func checkEnvelopeWire(itemID string, wire []byte) string {
 		return RejectNotSealed
 	}
 	return ""
+}
+
+// envelopeMembers walks valid JSON: isObject tells whether it is an object, and id and enc are
+// the raw values of its last "id" and "enc" members (nil when absent). plain is false when a key
+// or the id string holds an escape or a non-ASCII byte, which only the decoder reads right.
+func envelopeMembers(b []byte) (id, enc []byte, isObject, plain bool) {
+	i := skipSpace(b, 0)
+	if b[i] != '{' {
+		return nil, nil, false, true
+	}
+	i = skipSpace(b, i+1)
+	for b[i] != '}' {
+		end := skipString(b, i)
+		key := b[i+1 : end-1]
+		if !plainBytes(key) {
+			return nil, nil, true, false
+		}
+		i = skipSpace(b, skipSpace(b, end)+1) // past the colon
+		vend := skipValue(b, i)
+		switch string(key) {
+		case "id":
+			id = b[i:vend]
+			if id[0] == '"' && !plainBytes(id[1:len(id)-1]) {
+				return nil, nil, true, false
+			}
+		case "enc":
+			enc = b[i:vend]
+		}
+		if i = skipSpace(b, vend); b[i] == ',' {
+			i = skipSpace(b, i+1)
+		}
+	}
+	return id, enc, true, true
+}
+
+// plainBytes reports whether b is ASCII without escapes.
+func plainBytes(b []byte) bool {
+	for _, c := range b {
+		if c == '\\' || c >= 0x80 {
+			return false
+		}
+	}
+	return true
+}
+
+func skipSpace(b []byte, i int) int {
+	for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\n' || b[i] == '\r') {
+		i++
+	}
+	return i
+}
+
+// skipString returns the index just past the string starting at b[i] (valid JSON).
+func skipString(b []byte, i int) int {
+	for i++; b[i] != '"'; i++ {
+		if b[i] == '\\' {
+			i++
+		}
+	}
+	return i + 1
+}
+
+// skipValue returns the index just past the value starting at b[i] (valid JSON).
+func skipValue(b []byte, i int) int {
+	switch b[i] {
+	case '"':
+		return skipString(b, i)
+	case '{', '[':
+		depth := 0
+		for ; ; i++ {
+			switch b[i] {
+			case '"':
+				i = skipString(b, i) - 1
+			case '{', '[':
+				depth++
+			case '}', ']':
+				if depth--; depth == 0 {
+					return i + 1
+				}
+			}
+		}
+	}
+	for i < len(b) && !strings.ContainsRune(",}] \t\r\n", rune(b[i])) {
+		i++
+	}
+	return i
 }
 
 // storeItem is the store unit of one item: every target is checked and inserted in turn; any
@@ -461,5 +569,14 @@ func (s *Server) handlePush(w http.ResponseWriter, r *http.Request) {
 	}
 	s.met.pushed(work)
 	_ = failpoint.Inject(FailAfterCommitBeforeResponse)
-	s.writeJSON(w, http.StatusOK, resp)
+	bp := pullBufs.Get().(*[]byte)
+	if b, ok := appendPushJSON((*bp)[:0], resp); ok {
+		writeRawJSON(w, http.StatusOK, b)
+		*bp = b[:0]
+	} else {
+		s.writeJSON(w, http.StatusOK, resp)
+	}
+	if cap(*bp) <= 4<<20 { // a huge answer's buffer is not kept
+		pullBufs.Put(bp)
+	}
 }
