@@ -58,11 +58,7 @@ func TestDiskFullOnTmpfs(t *testing.T) {
 	a, b := newHost(t, "alpha", 1), newHost(t, "beta", 2)
 	r.enrol(a)
 	r.enrol(b)
-	pad := strings.Repeat("p", 64<<10)
-	item := func(i int) mbx.PushItem {
-		id := fmt.Sprintf("01KKNTQ69NA67N0QBPXK%06d", i)
-		return mbx.PushItem{Kind: "envelope", ItemID: id, Targets: []mbx.PushTarget{{HostPubkey: b.pub(), WireB64: mbx.B64(envWire(id, pad))}}}
-	}
+	item := func(i int) mbx.PushItem { return paddedItem(b, i, 64<<10) }
 	var accepted []string
 	for i := range 5 {
 		if st := statuses(r.push(a, item(i)))[0]; st != "accepted" {
@@ -89,7 +85,7 @@ func TestDiskFullOnTmpfs(t *testing.T) {
 		t.Fatalf("queue = %v, want the %d accepted", got, len(accepted))
 	}
 	for i, it := range p.Items {
-		if want := mbx.B64(envWire(accepted[i], pad)); it.WireB64 != want {
+		if want := mbx.B64(envWire(accepted[i], strings.Repeat("p", 64<<10))); it.WireB64 != want {
 			t.Fatalf("item %s changed", it.ItemID)
 		}
 	}
@@ -127,11 +123,7 @@ func TestStoreFullInjected(t *testing.T) {
 	a, b := newHost(t, "alpha", 1), newHost(t, "beta", 2)
 	r.enrol(a)
 	r.enrol(b)
-	pad := strings.Repeat("p", 16<<10)
-	item := func(i int) mbx.PushItem {
-		id := fmt.Sprintf("01KKNTQ69NA67N0QBPXK%06d", i)
-		return mbx.PushItem{Kind: "envelope", ItemID: id, Targets: []mbx.PushTarget{{HostPubkey: b.pub(), WireB64: mbx.B64(envWire(id, pad))}}}
-	}
+	item := func(i int) mbx.PushItem { return paddedItem(b, i, 16<<10) }
 	var accepted []string
 	refused := 0
 	for i := 0; i < 100 && refused < 3; i++ {
@@ -166,4 +158,11 @@ func TestStoreFullInjected(t *testing.T) {
 	if st := statuses(r.push(a, item(1000)))[0]; st != "accepted" {
 		t.Fatalf("push with room again = %s", st)
 	}
+}
+
+// paddedItem is envelope i for target b, its wire padded to about size bytes.
+func paddedItem(b host, i, size int) mbx.PushItem {
+	id := fmt.Sprintf("01KKNTQ69NA67N0QBPXK%06d", i)
+	wire := envWire(id, strings.Repeat("p", size))
+	return mbx.PushItem{Kind: "envelope", ItemID: id, Targets: []mbx.PushTarget{{HostPubkey: b.pub(), WireB64: mbx.B64(wire)}}}
 }
