@@ -150,8 +150,8 @@ func (h *Host) sendHost(ctx context.Context, peer PeerRecord, rows []outbox.Row)
 	link, why := h.relayUsable(), ""
 	if link == nil {
 		why = "no relay is set"
-		if _, err := h.relayLink(); errors.Is(err, ErrRelayStopped) {
-			why = ErrRelayStopped.Error()
+		if _, err := h.relayLink(); errors.Is(err, ErrRelayStopped) || errors.Is(err, ErrRelayRotating) {
+			why = err.Error()
 		}
 	}
 	now := h.clock()

@@ -15,6 +15,7 @@ import (
 	"github.com/agentmbx/agentmbx/lan"
 	"github.com/agentmbx/agentmbx/mbx"
 	"github.com/agentmbx/agentmbx/outbox"
+	"github.com/agentmbx/agentmbx/relaylink"
 )
 
 // rotate rotates th's host key as `agentmbx id rotate` does: the host is closed, PrepareRotation
@@ -89,15 +90,6 @@ func (th *testHost) allDone() {
 	}
 }
 
-func signedJSON(t *testing.T, s mbx.SignedRotation) []byte {
-	t.Helper()
-	b, err := json.Marshal(s)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return b
-}
-
 // TestRotationLAN: alpha rotates while mail waits both ways over the LAN. Beta learns the new key
 // from POST /v1/rotate, nothing is lost or duplicated, and the receipt alpha signed with its old
 // key before the rotation still settles at beta.
@@ -152,7 +144,7 @@ func TestRotationLAN(t *testing.T) {
 
 	t.Run("replay changes nothing", func(t *testing.T) {
 		before := b.counts()
-		applied, err := lan.PostRotation(ctx, http.DefaultClient, b.addr, signedJSON(t, s))
+		applied, err := lan.PostRotation(ctx, http.DefaultClient, b.addr, mustJSON(t, s))
 		if err != nil || applied {
 			t.Fatalf("replay = %v, %v; want taken, not applied", applied, err)
 		}
@@ -215,6 +207,11 @@ func TestRotationRelayOnly(t *testing.T) {
 
 	b.pull() // the notice (and alpha's receipts, signed with the old key)
 	b.checkRotated("alpha", s)
+	// Beta's allowlist at the relay is republished with alpha's new key.
+	b.keep()
+	if rs, _ := b.loadRelay(); rs.Senders == nil || rs.Senders.Hash != allowHash(s.Rec.NewPub) {
+		t.Errorf("beta's published allowlist = %+v, want alpha's new key", rs.Senders)
+	}
 	for _, id := range []string{b2.ID, b3.ID} {
 		if row := b.row(id, "alpha"); row.HostKey != s.Rec.NewPub {
 			t.Errorf("beta's row %s (%s) is bound to %s, want the new key", id, row.State, mbx.Fingerprint(row.HostKey))
@@ -263,7 +260,7 @@ func TestApplyRotationRefused(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		return signedJSON(t, s)
+		return mustJSON(t, s)
 	}
 	swapSig := func(rec []byte, field string, with mbx.SigningKey) []byte {
 		var m map[string]any
@@ -393,4 +390,10 @@ func TestRevokedTargetWaitsForItsDeadline(t *testing.T) {
 	if s := b.rowState(id, "alpha"); s != outbox.StateExpired {
 		t.Fatalf("after the deadline the row is %s, want expired", s)
 	}
+}
+
+// allowHash is the hash of the sender allowlist of keys.
+func allowHash(keys ...string) string {
+	_, h := relaylink.AllowList(keys)
+	return h
 }
