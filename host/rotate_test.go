@@ -142,6 +142,21 @@ func TestRotationLAN(t *testing.T) {
 	a.allDone()     // the old-signed receipt for fromB included
 	b.allDone()
 
+	t.Run("then beta rotates too", func(t *testing.T) {
+		s2 := b.rotate()
+		b.finishRotation()
+		a.checkRotated("beta", s2)
+		id := a.send("alice", []string{"bob@beta"}, "both rotated", "new keys on both sides").ID
+		back := b.send("bob", []string{"alice@alpha"}, "both rotated", "and back").ID
+		settle(t, a, b)
+		if b.copies("bob", id) != 1 || a.copies("alice", back) != 1 {
+			t.Fatal("mail after both rotations did not arrive once")
+		}
+		settle(t, a, b)
+		a.allDone()
+		b.allDone()
+	})
+
 	t.Run("replay changes nothing", func(t *testing.T) {
 		before := b.counts()
 		applied, err := lan.PostRotation(ctx, http.DefaultClient, b.addr, mustJSON(t, s))
@@ -239,6 +254,27 @@ func TestRotationRelayOnly(t *testing.T) {
 	if st, _ := b.RelayStatus(ctx); st.Quarantined != 0 {
 		t.Errorf("beta quarantined %d items", st.Quarantined)
 	}
+
+	// Then beta rotates too, with a message of alpha's waiting for it at the relay.
+	a5 := a.send("alice", []string{"bob@beta"}, "a5", "queued for beta's old key").ID
+	if _, err := a.pass(ctx, true); err != nil {
+		t.Fatal(err)
+	}
+	s2 := b.rotate()
+	b.finishRotation()
+	if st, _ := b.loadRotation(); st.Relay.Moved < 1 {
+		t.Errorf("beta's rotation moved %d items, want a5", st.Relay.Moved)
+	}
+	a.pull()
+	a.checkRotated("beta", s2)
+	b6 := b.send("bob", []string{"alice@alpha"}, "b6", "both rotated").ID
+	flow(t, a, b)
+	if b.copies("bob", a5) != 1 || a.copies("alice", b6) != 1 {
+		t.Fatal("mail across both rotations did not arrive once")
+	}
+	flow(t, a, b)
+	a.allDone()
+	b.allDone()
 }
 
 // TestApplyRotationRefused: records that do not move the pinned key on are refused, over the API
