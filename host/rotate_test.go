@@ -15,6 +15,7 @@ import (
 	"github.com/agentmbx/agentmbx/lan"
 	"github.com/agentmbx/agentmbx/mbx"
 	"github.com/agentmbx/agentmbx/outbox"
+	"github.com/agentmbx/agentmbx/relayclient"
 	"github.com/agentmbx/agentmbx/relaylink"
 )
 
@@ -281,8 +282,11 @@ func TestRotationRelayOnly(t *testing.T) {
 // and over the LAN (409), and change nothing; replays of applied records are no-ops.
 func TestApplyRotationRefused(t *testing.T) {
 	clock := newClock()
-	a, b := newTestHost(t, "alpha", clock), newTestHost(t, "beta", clock)
+	a, b, gamma := newTestHost(t, "alpha", clock), newTestHost(t, "beta", clock), newTestHost(t, "gamma", clock)
 	pairAll(t, a, b)
+	if err := b.PinPeer(gamma.record()); err != nil {
+		t.Fatal(err)
+	}
 	a.send("alice", []string{"bob@beta"}, "hi", "a row and a mailbox entry")
 	settle(t, a, b)
 	ctx := context.Background()
@@ -315,6 +319,7 @@ func TestApplyRotationRefused(t *testing.T) {
 		"an unpaired host":             sign("gamma", old, next, now),
 		"iat an hour ahead":            sign("alpha", old, next, now.Add(time.Hour)),
 		"to beta's own key":            sign("alpha", old, b.key, now),
+		"to a key pinned for gamma":    sign("alpha", old, gamma.key, now),
 		"not JSON":                     []byte("{"),
 		"oversized":                    []byte(`{"rec":{"host":"alpha"},"pad":"` + strings.Repeat("x", MaxRotationBytes) + `"}`),
 	}
@@ -432,4 +437,60 @@ func TestRevokedTargetWaitsForItsDeadline(t *testing.T) {
 func allowHash(keys ...string) string {
 	_, h := relaylink.AllowList(keys)
 	return h
+}
+
+// TestRotationNoticeRefused: a rotation notice through the relay whose record does not verify
+// against the pinned key goes to the quarantine and changes nothing; a notice of the rotation
+// applied already is a duplicate.
+func TestRotationNoticeRefused(t *testing.T) {
+	a, b, r := relayPair(t, mbx.Limits{})
+	ctx := context.Background()
+	c, err := relayclient.New(relayclient.Pin{URL: r.url, RelayKey: r.key().PublicKey()}, "alpha", a.key, &relayclient.Options{Clock: a.clock.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	push := func(itemID string, rec []byte) {
+		t.Helper()
+		wire, err := mbx.SealRotationNotice(a.rand, itemID, rec, b.enc.PublicKey())
+		if err != nil {
+			t.Fatal(err)
+		}
+		res, err := c.Push(ctx, []relayclient.PushItem{{Kind: mbx.ItemKindEnvelope, ItemID: itemID,
+			Targets: []relayclient.PushTarget{{HostPubkey: b.key.PublicKey(), Wire: wire}}}})
+		if err != nil || !res[0].Targets[0].Accepted() {
+			t.Fatalf("push of the notice: %+v, %v", res, err)
+		}
+	}
+	stranger, _ := mbx.GenerateSigningKey(testkit.Rand(911))
+	next, _ := mbx.GenerateSigningKey(testkit.Rand(912))
+	forged, err := mbx.SignRotation("alpha", stranger, next, b.enc.PublicKey(), a.clock.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	push(mbx.RotationNoticeID(next.PublicKey(), b.key.PublicKey()), mustJSON(t, forged))
+	before, _ := b.Peer("alpha")
+	b.pull()
+	if p, _ := b.Peer("alpha"); p.HostPubkey != before.HostPubkey || len(p.RetiredKeys) != 0 {
+		t.Fatalf("a forged notice changed the pin: %+v", p)
+	}
+	if st, _ := b.RelayStatus(ctx); st.Quarantined != 1 {
+		t.Fatalf("quarantined %d items, want the forged notice", st.Quarantined)
+	}
+
+	s := a.rotate()
+	a.finishRotation()
+	b.pull()
+	b.checkRotated("alpha", s)
+	// The same record again in a second notice (another item id): nothing changes, nothing is
+	// quarantined. The old key is revoked at the relay now, so the new key pushes it.
+	c, err = relayclient.New(relayclient.Pin{URL: r.url, RelayKey: r.key().PublicKey()}, "alpha", a.key, &relayclient.Options{Clock: a.clock.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	push("host-rotation:again", mustJSON(t, s))
+	b.pull()
+	b.checkRotated("alpha", s)
+	if st, _ := b.RelayStatus(ctx); st.Quarantined != 1 {
+		t.Fatalf("quarantined %d items after a replay, want still 1", st.Quarantined)
+	}
 }
