@@ -72,6 +72,7 @@ type Host struct {
 	rot    rotationRuntime  // this host's own key rotation (rotate.go)
 	ops    opsCounters      // counters and the readiness probe (ops.go)
 	probes lanProbes        // probes of silent peers' LAN addresses (lan_probe.go)
+	quiet  lanQuiet         // since when peers' LAN addresses give no answer (outbox_wait.go)
 
 	mu       sync.Mutex
 	listen   string // configured listen address (meta)

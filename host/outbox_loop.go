@@ -204,6 +204,7 @@ func (h *Host) sendHost(ctx context.Context, peer PeerRecord, rows []outbox.Row)
 			rows := part.rows
 			if part.tr.Kind() == outbox.TransportLAN {
 				h.noteLAN(peer.Host, out)
+				h.quiet.note(peer.Host, out, h.clock())
 			} else {
 				var ok bool
 				if rows, out, ok = h.holdRefused(ctx, rows, out); !ok {

@@ -12,8 +12,9 @@ import (
 var activeStates = []outbox.State{outbox.StatePending, outbox.StateRelayAccepted}
 
 // OutboxPage lists the newest req.Limit outbox rows of the states asked for (the active ones by
-// default, every state with All), oldest first, and how many older ones it left out. It reads
-// the outbox's created index, so it decodes only the rows it returns.
+// default, every state with All), oldest first, and how many older ones it left out, with the
+// reason each active row waits. It reads the outbox's created index, so it decodes only the
+// rows it returns.
 func (h *Host) OutboxPage(ctx context.Context, req api.OutboxRequest) (api.OutboxPage, error) {
 	limit, err := pageSize(req.Limit)
 	if err != nil {
@@ -30,11 +31,11 @@ func (h *Host) OutboxPage(ctx context.Context, req api.OutboxRequest) (api.Outbo
 	if err != nil {
 		return api.OutboxPage{}, fmt.Errorf("host: outbox page: %w", err)
 	}
-	out := api.OutboxPage{Rows: make([]api.OutboxRow, 0, len(p.Rows)), More: p.More}
-	for _, r := range p.Rows {
-		out.Rows = append(out.Rows, apiRow(r))
+	rows, err := h.withWaiting(ctx, p.Rows)
+	if err != nil {
+		return api.OutboxPage{}, fmt.Errorf("host: outbox page: %w", err)
 	}
-	return out, nil
+	return api.OutboxPage{Rows: rows, More: p.More}, nil
 }
 
 // parseStates reads outbox state names (each at most once).

@@ -45,6 +45,7 @@ func (h *Host) Sent(ctx context.Context, id string) (api.Sent, error) {
 		return api.Sent{}, fmt.Errorf("host: sent: %w: message id %q", ErrInvalid, id)
 	}
 	var out api.Sent
+	var rows []outbox.Row
 	err := h.db.View(func(tx *bbolt.Tx) error {
 		var rec sentRecord
 		found, err := getJSON(tx.Bucket(bucketSent), []byte(id), &rec)
@@ -92,31 +93,28 @@ func (h *Host) Sent(ctx context.Context, id string) (api.Sent, error) {
 			slices.SortFunc(rs, func(a, b api.Recipient) int { return strings.Compare(a.Recipient, b.Recipient) })
 			out.Recipients = append(out.Recipients, rs...)
 		}
-		rows, err := h.ob.In(tx).ByItem(id)
-		if err != nil {
-			return err
-		}
-		out.Rows = []api.OutboxRow{}
-		for _, r := range rows {
-			out.Rows = append(out.Rows, apiRow(r))
-		}
-		return nil
+		rows, err = h.ob.In(tx).ByItem(id)
+		return err
 	})
+	if err == nil {
+		out.Rows, err = h.withWaiting(ctx, rows)
+	}
 	if err != nil {
 		return api.Sent{}, fmt.Errorf("host: sent: %w", err)
 	}
 	return out, nil
 }
 
-// Outbox lists every outbox row (envelopes and receipts, active and ended until pruned).
+// Outbox lists every outbox row (envelopes and receipts, active and ended until pruned), with
+// the reason each active row waits.
 func (h *Host) Outbox(ctx context.Context) ([]api.OutboxRow, error) {
 	rows, err := h.ob.List(ctx, outbox.Filter{})
 	if err != nil {
 		return nil, fmt.Errorf("host: outbox: %w", err)
 	}
-	out := make([]api.OutboxRow, 0, len(rows))
-	for _, r := range rows {
-		out = append(out, apiRow(r))
+	out, err := h.withWaiting(ctx, rows)
+	if err != nil {
+		return nil, fmt.Errorf("host: outbox: %w", err)
 	}
 	return out, nil
 }

@@ -28,9 +28,10 @@ func newOutboxCmd() *cobra.Command {
 it lists the rows still waiting (pending, relay-accepted); --all adds the finished ones, and
 --state lists only rows in the states named (repeat it or separate with commas; a final state
 lists finished rows without --all). It shows the newest --limit rows (50 by default, at most
-500; 0 for all), newest last, and a line saying how many older ones it left out. WAITING says
-why a row waits. --json prints the same rows as a JSON array (the line about the others goes to
-stderr).
+500; 0 for all), newest last, and a line saying how many older ones it left out. WHY says why
+a row waits (no daemon, the relay stopped or paused, the peer unreachable since when, a quota,
+the next attempt), or why it ended. --json prints the same rows as a JSON array, with the
+reason in "waiting" (the line about the others goes to stderr).
 
 States: pending (not accepted yet; retried at NEXT_AT), relay-accepted (the relay holds it until
 the peer's receipt), done (delivered), and the final states without a delivery: expired,
@@ -139,11 +140,24 @@ func nonNilRows(rows []api.OutboxRow) []api.OutboxRow {
 	return rows
 }
 
+// outboxTable shows rows with WHY: for a waiting row why it waits, for a finished one why it
+// ended (LAST_ERROR, which the reason may make moot, is in --json). WHY is shown whole.
 func outboxTable(w io.Writer, rows []api.OutboxRow) error {
 	out := make([][]string, 0, len(rows))
 	for _, r := range rows {
-		out = append(out, []string{r.MsgID, r.Host, r.State, r.Transport, strconv.Itoa(r.Attempts), r.NextAt, r.LastError})
+		out = append(out, []string{r.MsgID, r.Host, r.State, r.Transport, strconv.Itoa(r.Attempts), r.NextAt, why(r)})
 	}
-	// LAST_ERROR is shown whole: a cut error hides its cause.
-	return tbl{header: []string{"MSG_ID", "HOST", "STATE", "TRANSPORT", "ATTEMPTS", "NEXT_AT", "LAST_ERROR"}, rows: out, whole: 6}.write(w)
+	return tbl{header: []string{"MSG_ID", "HOST", "STATE", "TRANSPORT", "ATTEMPTS", "NEXT_AT", "WHY"}, rows: out, whole: 6}.write(w)
+}
+
+// why is a row's WHY: the host's wait reason, the reason it ended, or its last error (from a
+// daemon that gives no reason).
+func why(r api.OutboxRow) string {
+	switch {
+	case r.Waiting != "":
+		return r.Waiting
+	case r.Reason != "":
+		return r.Reason
+	}
+	return r.LastError
 }

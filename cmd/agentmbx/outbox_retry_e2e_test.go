@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -23,6 +24,15 @@ func TestE2EOutboxRetry(t *testing.T) {
 	}
 	// Two failed attempts: the row now waits 8–12 s.
 	a.waitFor("two failed attempts", attempts(2))
+	// The outbox says why it waits: the peer's LAN address gives no answer, since when; the
+	// table shows it whole.
+	if w := a.outboxRows(id)[0].Waiting; !strings.HasPrefix(w, "beta unreachable on the LAN (127.0.0.1:") || !strings.Contains(w, ") since 20") ||
+		!strings.Contains(w, "no relay is set to go around it; next attempt at ") {
+		t.Fatalf("waiting = %q", w)
+	}
+	if out := a.must("outbox"); !regexp.MustCompile(`(?m)^` + id + ` +beta +pending +lan +\d+ +\S+ +beta unreachable on the LAN .*; next attempt at \S+$`).MatchString(out) {
+		t.Fatalf("outbox table:\n%s", out)
+	}
 	if out := a.must("outbox", "retry", id); !strings.HasPrefix(out, "1 rows due now\n") {
 		t.Fatalf("outbox retry %s = %q, want 1 row made due", id, out)
 	}
