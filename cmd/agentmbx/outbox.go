@@ -141,13 +141,15 @@ func nonNilRows(rows []api.OutboxRow) []api.OutboxRow {
 }
 
 // outboxTable shows rows with WHY: for a waiting row why it waits, for a finished one why it
-// ended (LAST_ERROR, which the reason may make moot, is in --json). WHY is shown whole.
+// ended (LAST_ERROR, which the reason may make moot, is in --json). WHY is shown whole; a narrow
+// terminal loses NEXT_AT, TRANSPORT and ATTEMPTS first.
 func outboxTable(w io.Writer, rows []api.OutboxRow) error {
 	out := make([][]string, 0, len(rows))
 	for _, r := range rows {
 		out = append(out, []string{r.MsgID, r.Host, r.State, r.Transport, strconv.Itoa(r.Attempts), r.NextAt, why(r)})
 	}
-	return tbl{header: []string{"MSG_ID", "HOST", "STATE", "TRANSPORT", "ATTEMPTS", "NEXT_AT", "WHY"}, rows: out, whole: 6}.write(w)
+	return tbl{header: []string{"MSG_ID", "HOST", "STATE", "TRANSPORT", "ATTEMPTS", "NEXT_AT", "WHY"}, rows: out, whole: 6,
+		spare: []int{5, 3, 4}}.write(w) // NEXT_AT (WHY says it), TRANSPORT, ATTEMPTS
 }
 
 // why is a row's WHY: the host's wait reason, the reason it ended, or its last error (from a

@@ -29,11 +29,13 @@ const (
 
 // tbl is a table to print. Whole is the index of the column shown whole (an error text, a
 // reason), or -1: on a terminal its text wraps to fit the width; piped it stays on its line.
-// Other cells are cut at cellMax characters. Empty cells show as "-".
+// Other cells are cut at cellMax characters. Empty cells show as "-". Spare lists columns a
+// terminal too narrow for the whole column (wholeMin) leaves out, in that order, until it fits.
 type tbl struct {
 	header []string
 	rows   [][]string
 	whole  int
+	spare  []int
 }
 
 // tableOut is where a table goes: a terminal of some width (in colour unless NO_COLOR is set
@@ -127,11 +129,9 @@ func plainTable(w io.Writer, header []string, rows [][]string) error {
 // shrinks the other columns, wrapping them too.
 func (t tbl) styled(cells [][]string, out tableOut) string {
 	const gap = 2
+	t, cells = t.fit(cells, out.width, gap)
 	widths := colWidths(t.header, cells)
-	total := gap * (len(widths) - 1)
-	for _, n := range widths {
-		total += n
-	}
+	total := tableWidth(widths, gap)
 	if total > out.width && t.whole >= 0 && t.whole < len(widths) {
 		room := max(out.width-(total-widths[t.whole]), wholeMin)
 		for _, r := range cells {
@@ -169,6 +169,67 @@ func (t tbl) styled(cells [][]string, out tableOut) string {
 		lines[i] = strings.TrimRight(l, " ")
 	}
 	return strings.Join(lines, "\n") + "\n"
+}
+
+// fit leaves out the spare columns, in order, while the others and the whole column at wholeMin
+// do not fit width.
+func (t tbl) fit(cells [][]string, width, gap int) (tbl, [][]string) {
+	if t.whole < 0 || t.whole >= len(t.header) {
+		return t, cells
+	}
+	keep := make([]bool, len(t.header))
+	for i := range keep {
+		keep[i] = true
+	}
+	widths := colWidths(t.header, cells)
+	need := func() int {
+		n, cols := 0, 0
+		for i, w := range widths {
+			if !keep[i] {
+				continue
+			}
+			if i == t.whole {
+				w = min(w, wholeMin)
+			}
+			n, cols = n+w, cols+1
+		}
+		return n + gap*(cols-1)
+	}
+	for _, c := range t.spare {
+		if need() <= width {
+			break
+		}
+		keep[c] = false
+	}
+	pick := func(r []string) []string {
+		var out []string
+		for i, c := range r {
+			if i >= len(keep) || keep[i] {
+				out = append(out, c)
+			}
+		}
+		return out
+	}
+	out := tbl{header: pick(t.header), whole: t.whole}
+	for i := 0; i < t.whole; i++ {
+		if !keep[i] {
+			out.whole--
+		}
+	}
+	picked := make([][]string, len(cells))
+	for i, r := range cells {
+		picked[i] = pick(r)
+	}
+	return out, picked
+}
+
+// tableWidth is the width of columns of widths, gap apart.
+func tableWidth(widths []int, gap int) int {
+	total := gap * (len(widths) - 1)
+	for _, n := range widths {
+		total += n
+	}
+	return total
 }
 
 // colWidths is the display width of each column: its widest line.

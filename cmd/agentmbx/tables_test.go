@@ -123,3 +123,28 @@ func TestTableOutOf(t *testing.T) {
 		t.Fatalf("a buffer is taken for a terminal: %+v", out)
 	}
 }
+
+// A terminal too narrow for the whole column at its least width loses the spare columns, in
+// order, and no more than it must; a wide one keeps them all.
+func TestTableSpareColumns(t *testing.T) {
+	tb := sampleTable()
+	tb.spare = []int{2, 1}
+	got := render(t, tb, tableOut{tty: true, width: 66})
+	lines := strings.Split(strings.TrimSuffix(got, "\n"), "\n")
+	if !strings.HasPrefix(lines[0], "MSG_ID") || strings.Contains(lines[0], "STATE") || !strings.Contains(lines[0], "HOST") {
+		t.Fatalf("width 66: want STATE left out and HOST kept:\n%s", got)
+	}
+	for _, l := range lines {
+		if ansi.StringWidth(l) > 66 {
+			t.Fatalf("width 66: line too wide %q", l)
+		}
+	}
+	if !strings.HasPrefix(lines[2], "01JA0000000000000000000000  beta") {
+		t.Fatalf("the kept columns are not whole:\n%s", got)
+	}
+	tb = sampleTable()
+	tb.spare = []int{2, 1}
+	if got := render(t, tb, tableOut{tty: true, width: 100}); !strings.Contains(got, "STATE") {
+		t.Fatalf("width 100: STATE left out:\n%s", got)
+	}
+}
