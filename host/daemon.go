@@ -14,6 +14,7 @@ import (
 
 	"github.com/agentmbx/agentmbx/api"
 	"github.com/agentmbx/agentmbx/internal/logkey"
+	"github.com/agentmbx/agentmbx/relaylink"
 )
 
 // DefaultTick is the daemon's tick: an outbox pass and a sweep at least this often.
@@ -21,6 +22,10 @@ const DefaultTick = 5 * time.Second
 
 // DefaultLANRetry is the first wait before a failed LAN bind is retried.
 const DefaultLANRetry = 2 * time.Second
+
+// DefaultRelayWait is the long-poll wait the daemon's receiver asks the relay for
+// (relaylink.DefaultWait).
+const DefaultRelayWait = relaylink.DefaultWait
 
 // DaemonOptions configure RunDaemon.
 type DaemonOptions struct {
@@ -133,7 +138,7 @@ func RunDaemon(ctx context.Context, dir string, opts DaemonOptions) (err error) 
 		wg.Add(2)
 		go func() {
 			defer wg.Done()
-			h.runRelay(loopCtx, tick, relayWait)
+			h.relay.Run(loopCtx, tick, relayWait)
 		}()
 		go func() {
 			defer wg.Done()

@@ -3,7 +3,8 @@
 // implements api.Service, api.MailService and api.RelayService on the store; RunDaemon serves the
 // same Host on the control socket (package host/control), so a command works the same whether or
 // not a daemon runs. LAN pairing (Pairing), the LAN server and transport (LANMux) and the relay
-// client are wired in here from their own packages.
+// link (package relaylink, which keeps the relay record and runs the relay loops) are wired in
+// here from their own packages.
 //
 // # Home
 //
@@ -36,9 +37,9 @@
 // transport. A row moves to relay-accepted only on an accept statement that verifies for its
 // bytes, and is settled by the target's delivery receipt. A row that ends without delivery (72 h,
 // a rejection, or unconfirmed past the relay's retention) leaves an alert from "mbx" in its
-// sender's mailbox. The daemon enrols at the pinned relay, publishes the enc-key ad and the sender
-// allowlist, and pulls with long polling; refused relay items go to the quarantine. See
-// docs/design.md for the durability rules and the crash windows the tests drill.
+// sender's mailbox. Through package relaylink the daemon enrols at the pinned relay, publishes the
+// enc-key ad and the sender allowlist, and pulls with long polling; refused relay items go to the
+// quarantine. See docs/design.md for the durability rules and the crash windows the tests drill.
 //
 // Time and randomness are injected (Options.Clock, Options.Rand). LAN addresses come from pairing
 // and cards only: a hop's port hint never redirects mail. A removed peer's rows are kept and end

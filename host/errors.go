@@ -1,6 +1,9 @@
 package host
 
-import "github.com/agentmbx/agentmbx/api"
+import (
+	"github.com/agentmbx/agentmbx/api"
+	"github.com/agentmbx/agentmbx/relaylink"
+)
 
 // The host's errors are api.CodedErrors: each names the control-socket code it is answered with
 // and what a person can do about it. Match them with errors.Is.
@@ -30,7 +33,8 @@ var (
 var (
 	// ErrInvalid is returned for malformed input: a bad agent or host name, address, kind,
 	// an oversized subject or body, and the like. The message says which.
-	ErrInvalid = newErr(api.CodeBadRequest, "invalid input", "")
+	// It is relaylink.ErrInvalid, so the relay commands' bad input matches it too.
+	ErrInvalid = relaylink.ErrInvalid
 	// ErrUnknownHost is returned by Send for an address name@host whose host is not a paired
 	// peer (nothing is stored).
 	ErrUnknownHost = newErr(api.CodeBadRequest, "unknown host (not a paired peer)",
@@ -69,24 +73,19 @@ var (
 	ErrPeerStatus = newErr(api.CodeUnavailable, "unexpected status from peer", "")
 )
 
-// Errors of the relay (RelaySet, RelayStatus and the relay transport).
+// Errors of the relay (RelaySet, RelayStatus and the relay transport): package relaylink's.
 var (
 	// ErrNoRelay is returned when an operation needs a pinned relay and none is set.
-	ErrNoRelay = newErr(api.CodeNotFound, "no relay is set",
-		"pin one with `agentmbx relay set URL [--key FINGERPRINT]`")
+	ErrNoRelay = relaylink.ErrNoRelay
 	// ErrRelayKeyMismatch is returned by RelaySet when the relay serves a key other than the
 	// fingerprint given with --key. Nothing is pinned.
-	ErrRelayKeyMismatch = newErr(api.CodeConflict, "the relay serves another key than the one given",
-		"check the fingerprint with the relay's operator (`agentmbx relay keygen` printed it); do not pin a key you cannot vouch for")
-	// ErrRelayUnreachable is returned (wrapped) by RelaySet when the relay does not answer its
-	// info, or answers something that is not a v2 relay. Nothing is pinned.
-	ErrRelayUnreachable = newErr(api.CodeUnavailable, "the relay did not answer as a v2 relay",
-		"check the URL (https://host[:port]) and that `agentmbx relay serve` runs there")
+	ErrRelayKeyMismatch = relaylink.ErrRelayKeyMismatch
+	// ErrRelayUnreachable is returned (wrapped) by RelaySet when the relay does not answer as a
+	// v2 relay. Nothing is pinned.
+	ErrRelayUnreachable = relaylink.ErrRelayUnreachable
 	// ErrRelayStopped is returned while relay use is stopped because the relay served another key
-	// than the pinned one: a new relay, or someone in between. `relay set` with the new key, after
-	// checking it, resumes.
-	ErrRelayStopped = newErr(api.CodeRefused, "relay use stopped: the relay serves another key than the pinned one",
-		"if the relay really has a new key, check its fingerprint and confirm it with `agentmbx relay set URL --key FINGERPRINT`")
+	// than the pinned one, until the owner confirms the new key with RelaySet.
+	ErrRelayStopped = relaylink.ErrRelayStopped
 )
 
 // Errors of host cards (ParseCard, Card).

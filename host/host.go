@@ -19,6 +19,7 @@ import (
 	"github.com/agentmbx/agentmbx/outbox"
 	"github.com/agentmbx/agentmbx/pairing"
 	"github.com/agentmbx/agentmbx/quarantine"
+	"github.com/agentmbx/agentmbx/relaylink"
 )
 
 // Options configure an open Host. A nil *Options means all defaults.
@@ -67,7 +68,7 @@ type Host struct {
 
 	mail   notifier         // wakes Wait when local mail arrives
 	kick   chan struct{}    // wakes the outbox loop (buffered, 1)
-	rl     relayRuntime     // the relay in use (relay.go)
+	relay  *relaylink.Link  // the relay in use (relay_host.go)
 	pair   *pairing.Service // LAN pairing (socket.go)
 	rot    rotationRuntime  // this host's own key rotation (rotate.go)
 	ops    opsCounters      // counters and the readiness probe (ops.go)
@@ -81,10 +82,11 @@ type Host struct {
 	lanErr   string // why the daemon's LAN bind failed, while it retries (lan_bind.go)
 	daemon   bool   // true while RunDaemon serves this host
 	closed   bool
-	inflight map[string]bool // hosts with a send in flight (set and cleared by passes)
-	linkUp   map[string]bool // links known to answer (flush.go); absent: unknown since start
-	passMu   sync.Mutex      // one pass reads and dispatches at a time
-	sends    sync.WaitGroup  // send goroutines started by passes
+	inflight map[string]bool      // hosts with a send in flight (set and cleared by passes)
+	lanDown  map[string]time.Time // when a peer's LAN address last failed to answer (transport.go)
+	linkUp   map[string]bool      // links known to answer (flush.go); absent: unknown since start
+	passMu   sync.Mutex           // one pass reads and dispatches at a time
+	sends    sync.WaitGroup       // send goroutines started by passes
 }
 
 // lockedReader serializes an injected randomness source, which need not be safe for concurrent
@@ -149,7 +151,7 @@ func Open(dir string, opts *Options) (*Host, error) {
 		dir: dir, key: hk, enc: ek, retired: retired, db: db,
 		clock: o.Clock, rand: o.Rand, ulids: mbx.NewULIDs(o.Rand), log: o.Logger, client: o.HTTPClient,
 		kick: make(chan struct{}, 1), inflight: map[string]bool{},
-		linkUp: map[string]bool{},
+		linkUp: map[string]bool{}, lanDown: map[string]time.Time{},
 	}
 	h.mail.init()
 	if err := db.Update(func(tx *bbolt.Tx) error {
@@ -186,7 +188,9 @@ func Open(dir string, opts *Options) (*Host, error) {
 		db.Close()
 		return nil, fmt.Errorf("host: open %s: %w", dir, err)
 	}
-	h.rl.init()
+	h.relay = relaylink.New(relaylink.Config{DB: db, Outbox: h.ob, Quarantine: h.quar, Positions: h.rpos,
+		Name: h.name, Key: h.key, EncPub: h.enc.PublicKey(), Clock: o.Clock, Logger: o.Logger, Host: relayHost{h},
+		Hold: h.relayHold})
 	h.newLAN()
 	h.pair = h.newPairing()
 	return h, nil

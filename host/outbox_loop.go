@@ -147,10 +147,10 @@ func (h *Host) dispatch(ctx context.Context, wg *sync.WaitGroup) (int, error) {
 // outcomes. Rows flagged for a re-push while no relay is usable back off. It reports whether
 // every outcome was recorded.
 func (h *Host) sendHost(ctx context.Context, peer PeerRecord, rows []outbox.Row) bool {
-	link, why := h.relayUsable(), ""
+	link, why := h.relay.Usable(), ""
 	if link == nil {
 		why = "no relay is set"
-		if _, err := h.relayLink(); errors.Is(err, ErrRelayStopped) || errors.Is(err, ErrRelayRotating) {
+		if _, err := h.relay.Conn(); errors.Is(err, ErrRelayStopped) || errors.Is(err, ErrRelayRotating) {
 			why = err.Error()
 		}
 	}
@@ -172,16 +172,16 @@ func (h *Host) sendHost(ctx context.Context, peer PeerRecord, rows []outbox.Row)
 	}
 	// The two transports go at the same time: a LAN address that swallows packets does not hold
 	// up the rows for the relay.
-	if until, paused := h.relayPaused(now); paused && len(relay) > 0 {
-		// The relay asked to slow down: its rows wait for the pause's end (relay_pause.go).
-		if !h.postpone(ctx, relay, until) {
+	if until, paused := h.relay.Paused(now); paused && len(relay) > 0 {
+		// The relay asked to slow down: its rows wait for the pause's end (relaylink/pause.go).
+		if !h.relay.Postpone(ctx, relay, until) {
 			failed.Store(true)
 		}
 		relay = nil
 	}
 	var relaySender outbox.Sender
 	if len(relay) > 0 { // then link is set
-		relaySender = h.relayPusher(link)
+		relaySender = h.relay.Pusher(link)
 	}
 	var wg sync.WaitGroup
 	for _, part := range []struct {
@@ -207,7 +207,7 @@ func (h *Host) sendHost(ctx context.Context, peer PeerRecord, rows []outbox.Row)
 				h.quiet.note(peer.Host, out, h.clock())
 			} else {
 				var ok bool
-				if rows, out, ok = h.holdRefused(ctx, rows, out); !ok {
+				if rows, out, ok = h.relay.HoldRefused(ctx, rows, out); !ok {
 					failed.Store(true)
 				}
 			}

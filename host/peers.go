@@ -104,7 +104,7 @@ func (h *Host) PinPeer(p PeerRecord) error {
 // afterPin tells the daemon that a peer was pinned: the relay's sender allowlist names the
 // peers, and released quarantined items or rebound rows may be due.
 func (h *Host) afterPin(released int) {
-	poke(h.rl.keep)
+	h.relay.KeepSoon()
 	if released > 0 {
 		h.Wake()
 	} else {
@@ -168,7 +168,7 @@ func (h *Host) pinPeerTx(tx *bbolt.Tx, p *PeerRecord) (int, error) {
 		}
 	}
 	// Relay items held only because this host was not paired yet are taken now.
-	return h.releaseQuarantineTx(tx, p.HostPubkey)
+	return h.relay.ReleaseTx(tx, p.HostPubkey)
 }
 
 // mergeKeys returns the union of a and b in order, without current.
@@ -301,6 +301,6 @@ func (h *Host) RemovePeer(ctx context.Context, host string) error {
 		return fmt.Errorf("host: remove peer: %w", err)
 	}
 	h.log.Info("peer removed", logkey.Peer, host)
-	poke(h.rl.keep) // the relay's sender allowlist names the peers
+	h.relay.KeepSoon() // the relay's sender allowlist names the peers
 	return nil
 }

@@ -235,7 +235,7 @@ func TestRelayCrashAfterCommitBeforeAck(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pos, err := b.rpos.Position(context.Background(), l.pin.URL)
+	pos, err := b.rpos.Position(context.Background(), l.Pin.URL)
 	if err != nil || pos.ReceivedThrough < 1 {
 		t.Fatalf("position after the crash: %+v, %v; want received through the item", pos, err)
 	}
@@ -287,7 +287,7 @@ func TestRelayCrashMidPage(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if pos, err := b.rpos.Position(context.Background(), l.pin.URL); err != nil || pos.ReceivedThrough != 0 {
+	if pos, err := b.rpos.Position(context.Background(), l.Pin.URL); err != nil || pos.ReceivedThrough != 0 {
 		t.Fatalf("position after the crash: %+v, %v; want nothing received", pos, err)
 	}
 	if n := b.pull(); n != len(ids) {

@@ -12,10 +12,12 @@ import (
 	"time"
 
 	"github.com/agentmbx/agentmbx/api"
+	"github.com/agentmbx/agentmbx/inbox"
 	"github.com/agentmbx/agentmbx/internal/testkit"
 	"github.com/agentmbx/agentmbx/mbx"
 	"github.com/agentmbx/agentmbx/outbox"
 	"github.com/agentmbx/agentmbx/relayclient"
+	"github.com/agentmbx/agentmbx/relaylink"
 	"github.com/agentmbx/agentmbx/relayserver"
 	"github.com/agentmbx/agentmbx/relayserver/sqlitestore"
 )
@@ -281,3 +283,17 @@ func (th *testHost) rowState(item, host string) outbox.State {
 	th.t.Helper()
 	return th.row(item, host).State
 }
+
+// The relay link's operations as the tests drive them.
+
+func (h *Host) relayLink() (*relaylink.Conn, error) { return h.relay.Conn() }
+
+func (h *Host) relayKeep(ctx context.Context, force bool) error { return h.relay.Keep(ctx, force) }
+
+func (h *Host) relayReceive(ctx context.Context) (int, error) { return h.relay.Receive(ctx) }
+
+func (h *Host) relayReceiver(c *relaylink.Conn, opts inbox.ReceiverOptions) (*inbox.Receiver, error) {
+	return h.relay.Receiver(c, opts)
+}
+
+func (h *Host) loadRelay() (*relaylink.Record, error) { return h.relay.Record() }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/agentmbx/agentmbx/mbx"
 	"github.com/agentmbx/agentmbx/outbox"
+	"github.com/agentmbx/agentmbx/relaylink"
 )
 
 // TestRelayRetryAfterPausesLink: a 429 with Retry-After: 30 pauses the whole relay link. The
@@ -51,7 +52,7 @@ func TestRelayRetryAfterPausesLink(t *testing.T) {
 	}
 }
 
-// TestRelayRateRejectionPausesLink: a rejected:rate result pauses the link for relayRatePause
+// TestRelayRateRejectionPausesLink: a rejected:rate result pauses the link for relaylink.RatePause
 // and leaves the row's attempts and backoff alone, while the batch's other rows are recorded as
 // usual; a quota rejection still backs off per row.
 func TestRelayRateRejectionPausesLink(t *testing.T) {
@@ -77,13 +78,13 @@ func TestRelayRateRejectionPausesLink(t *testing.T) {
 	a.passOnce()
 	r.set(func(r *testRelay) { r.rewrite = nil })
 	row := a.row(m1.ID, "beta")
-	if row.State != outbox.StatePending || row.Attempts != 0 || !row.NextAt.Equal(a.clock.Now().Add(relayRatePause)) {
-		t.Fatalf("rate-refused row: %s, %d attempts, next_at %v; want pending, 0 attempts, now+%v", row.State, row.Attempts, row.NextAt, relayRatePause)
+	if row.State != outbox.StatePending || row.Attempts != 0 || !row.NextAt.Equal(a.clock.Now().Add(relaylink.RatePause)) {
+		t.Fatalf("rate-refused row: %s, %d attempts, next_at %v; want pending, 0 attempts, now+%v", row.State, row.Attempts, row.NextAt, relaylink.RatePause)
 	}
 	if st := a.rowState(m2.ID, "beta"); st != outbox.StateRelayAccepted {
 		t.Fatalf("the batch's other row is %s, want relay-accepted", st)
 	}
-	a.clock.Advance(relayRatePause)
+	a.clock.Advance(relaylink.RatePause)
 	a.passOnce()
 	if row := a.row(m1.ID, "beta"); row.State != outbox.StateRelayAccepted || row.Attempts != 1 {
 		t.Fatalf("after the pause: %s, %d attempts; want relay-accepted after 1", row.State, row.Attempts)

@@ -14,6 +14,7 @@ import (
 	"github.com/agentmbx/agentmbx/outbox"
 	"github.com/agentmbx/agentmbx/quarantine"
 	"github.com/agentmbx/agentmbx/relayclient"
+	"github.com/agentmbx/agentmbx/relaylink"
 )
 
 // rawPull pulls th's queue from the relay without processing it.
@@ -23,7 +24,7 @@ func (th *testHost) rawPull(after int64) mbx.PullResponse {
 	if err != nil {
 		th.t.Fatal(err)
 	}
-	page, err := l.c.Pull(context.Background(), relayclient.PullRequest{After: after})
+	page, err := l.Client.Pull(context.Background(), relayclient.PullRequest{After: after})
 	if err != nil {
 		th.t.Fatalf("%s: pull: %v", th.name, err)
 	}
@@ -34,7 +35,7 @@ func (th *testHost) rawPull(after int64) mbx.PullResponse {
 func (th *testHost) process(r *testRelay, after int64, page mbx.PullResponse) inbox.Result {
 	th.t.Helper()
 	res, err := th.rpos.ProcessPage(context.Background(), r.url, after, page,
-		relayHandler{h: th.Host, pin: relayclient.Pin{URL: r.url, RelayKey: r.key().PublicKey()}})
+		th.relay.Handler(relayclient.Pin{URL: r.url, RelayKey: r.key().PublicKey()}))
 	if err != nil {
 		th.t.Fatalf("%s: process page: %v", th.name, err)
 	}
@@ -171,7 +172,7 @@ func TestRelayAckFailure(t *testing.T) {
 		t.Fatalf("step with a failing ack: %+v, %v", st, err)
 	}
 	l := mustLink(t, b)
-	info, err := l.c.Info(ctx)
+	info, err := l.Client.Info(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -182,7 +183,7 @@ func TestRelayAckFailure(t *testing.T) {
 	if err != nil || st.Done() != 0 || st.Acked != st.Position.ReceivedThrough {
 		t.Fatalf("next step: %+v, %v; want nothing new and the ack repeated", st, err)
 	}
-	if info, _ = l.c.Info(ctx); info.You.AckedThrough != st.Position.ReceivedThrough || info.You.HeadSeq != st.Position.ReceivedThrough {
+	if info, _ = l.Client.Info(ctx); info.You.AckedThrough != st.Position.ReceivedThrough || info.You.HeadSeq != st.Position.ReceivedThrough {
 		t.Fatalf("relay after the repeated ack: %+v", info.You)
 	}
 	if b.copies("bob", res.ID) != 1 {
@@ -190,7 +191,7 @@ func TestRelayAckFailure(t *testing.T) {
 	}
 }
 
-func mustLink(t *testing.T, th *testHost) *relayLink {
+func mustLink(t *testing.T, th *testHost) *relaylink.Conn {
 	t.Helper()
 	l, err := th.relayLink()
 	if err != nil {
@@ -373,7 +374,7 @@ func TestRelayPublications(t *testing.T) {
 	}
 	// The relay holds alpha's current ad: beta can fetch it.
 	l := mustLink(t, b)
-	enc, _, err := l.c.FetchEncAd(ctx, mbx.EncAdPeer{Host: "alpha", HostPubkey: a.key.PublicKey()}, nil)
+	enc, _, err := l.Client.FetchEncAd(ctx, mbx.EncAdPeer{Host: "alpha", HostPubkey: a.key.PublicKey()}, nil)
 	if err != nil || enc != a.enc.PublicKey() {
 		t.Fatalf("beta fetched alpha's enc key %q, %v", enc, err)
 	}
@@ -398,7 +399,7 @@ func TestRelayPublications(t *testing.T) {
 		t.Fatal("relayKeep reported success for a refused sender list")
 	}
 	st3, _ := a.RelayStatus(ctx)
-	if st3.Senders != 2 || len(st3.Problems) != 1 || st3.Problems[0].Op != opSenders || !strings.Contains(st3.Problems[0].Error, "newer") {
+	if st3.Senders != 2 || len(st3.Problems) != 1 || st3.Problems[0].Op != relaylink.OpSenders || !strings.Contains(st3.Problems[0].Error, "newer") {
 		t.Fatalf("status after a refused list = %+v", st3)
 	}
 	a.clock.Advance(2 * time.Hour)

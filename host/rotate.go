@@ -18,6 +18,7 @@ import (
 	"github.com/agentmbx/agentmbx/internal/failpoint"
 	"github.com/agentmbx/agentmbx/internal/fsutil"
 	"github.com/agentmbx/agentmbx/mbx"
+	"github.com/agentmbx/agentmbx/relaylink"
 )
 
 // This host's own key rotation (docs/design.md: Host key rotation; T030).
@@ -46,7 +47,7 @@ import (
 //     relay's confirmations are checked (the enrolment cache names the new key, the ad the new
 //     enc key, the allowlist today's peers).
 //
-// Until step 3 is done the host does not use the relay otherwise (relayLink answers
+// Until step 3 is done the host does not use the relay otherwise (relaylink.Link.Conn answers
 // ErrRelayRotating), so nothing enrols the new key beside the rotation. Independently, every
 // peer with a LAN address gets POST /v1/rotate until it answers. A peer is done when its LAN
 // answer or its relay notice is in (or it has neither way and its failure is recorded), and the
@@ -229,7 +230,7 @@ func PrepareRotation(dir string, opts RotateOptions) (mbx.SignedRotation, error)
 		for _, p := range peers {
 			st.Peers[p.Host] = &rotationPeer{}
 		}
-		rs, err := loadRelayTx(tx)
+		rs, err := relaylink.LoadTx(tx)
 		if err != nil {
 			return err
 		}

@@ -160,7 +160,7 @@ func (h *Host) noteRotation(fn func(st *rotationState)) {
 
 // rotateAtRelay runs the relay steps not done yet.
 func (h *Host) rotateAtRelay(ctx context.Context, st *rotationState) error {
-	rs, err := h.loadRelay()
+	rs, err := h.relay.Record()
 	if err != nil {
 		return err
 	}
@@ -178,7 +178,7 @@ func (h *Host) rotateAtRelay(ctx context.Context, st *rotationState) error {
 		if err != nil {
 			return err
 		}
-		c, err := relayclient.New(rs.pin(), h.name, old, &relayclient.Options{Clock: h.clock, Logger: h.log, CA: []byte(rs.CA)})
+		c, err := relayclient.New(rs.Pin(), h.name, old, &relayclient.Options{Clock: h.clock, Logger: h.log, CA: []byte(rs.CA)})
 		if err != nil {
 			return err
 		}
@@ -214,7 +214,7 @@ func (h *Host) finishRelaySteps(note string) {
 		}
 	})
 	h.rot.gate.Store(false)
-	h.dropLink()
+	h.relay.Drop()
 }
 
 // pushNotices pushes a rotation notice to every peer whose notice the relay has not answered
@@ -295,7 +295,7 @@ func (h *Host) pushNotices(ctx context.Context, c *relayclient.Client, st *rotat
 // the old key, before the relay revokes it: the relay takes a receipt only from the host that
 // signed it, so after the rotation they could not go through the relay any more. Best effort:
 // what fails stays pending (the LAN still takes it; the peer verifies it with the retired key).
-func (h *Host) pushOldReceipts(ctx context.Context, c *relayclient.Client, rs *relayState, oldPub string) {
+func (h *Host) pushOldReceipts(ctx context.Context, c *relayclient.Client, rs *relaylink.Record, oldPub string) {
 	rows, err := h.ob.List(ctx, outbox.Filter{Active: true})
 	if err != nil {
 		h.log.Warn("host key rotation: list receipts", logkey.Err, err)
@@ -314,7 +314,7 @@ func (h *Host) pushOldReceipts(ctx context.Context, c *relayclient.Client, rs *r
 			byHost[r.Host] = append(byHost[r.Host], full)
 		}
 	}
-	p := &relaylink.Pusher{Client: c, Pin: rs.pin(), Limits: rs.limits(), Logger: h.log}
+	p := &relaylink.Pusher{Client: c, Pin: rs.Pin(), Limits: rs.Limits(), Logger: h.log}
 	for host, rows := range byHost {
 		pctx, cancel := context.WithTimeout(ctx, rotationStepBudget)
 		out := p.Send(pctx, outbox.Peer{Host: host}, rows)
@@ -325,11 +325,11 @@ func (h *Host) pushOldReceipts(ctx context.Context, c *relayclient.Client, rs *r
 
 // enrolOldKey enrols the old key again with c (which signs with it).
 func (h *Host) enrolOldKey(ctx context.Context, c *relayclient.Client) error {
-	rs, err := h.loadRelay()
+	rs, err := h.relay.Record()
 	if err != nil || rs == nil {
 		return err
 	}
-	proof, err := relayToken(rs.TokenFile)
+	proof, err := relaylink.Token(rs.TokenFile)
 	if err != nil {
 		return err
 	}
@@ -383,17 +383,17 @@ func (h *Host) resetAfterRotation(st *rotationState) error {
 		return err
 	}
 	h.rot.gate.Store(false)
-	h.dropLink()
+	h.relay.Drop()
 	return nil
 }
 
 // checkRelayPublished enrols the new key and publishes the enc-key ad and the allowlist (a forced
 // relayKeep), then checks that the relay confirmed each under the new keys.
 func (h *Host) checkRelayPublished(ctx context.Context, st *rotationState) error {
-	if err := h.relayKeep(ctx, true); err != nil {
+	if err := h.relay.Keep(ctx, true); err != nil {
 		return fmt.Errorf("republish at the relay: %w", err)
 	}
-	rs, err := h.loadRelay()
+	rs, err := h.relay.Record()
 	if err != nil || rs == nil {
 		return err
 	}

@@ -24,7 +24,7 @@ import (
 //	seen_at   be64(at) ‖ msg id → "": the prune index of seen
 //	idx_*, fresh  the mail indexes (indexBuckets, schema 2): written with each message, built
 //	          when a schema 1 store is opened
-//	relay     "state" → the pinned relay and what this host knows of it (relayState)
+//	relay     "state" → the pinned relay and what this host knows of it (package relaylink)
 //
 // and the buckets of the packages that share the file: outbox (rows, wire bytes and their
 // indexes), quarantine (relay items this host refused) and inbox (relay-positions: the receive

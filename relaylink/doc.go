@@ -1,5 +1,11 @@
-// Package relaylink is the host's side of a relay, the parts that need no host store:
+// Package relaylink is a host's side of its pinned relay.
 //
+//   - Link: everything the host does with the relay. It keeps the relay record in the host's
+//     store (the pin, the epoch last seen, what the Keeper learned, a served key that differs
+//     from the pin, the last failure of each operation), answers the owner's commands
+//     (api.RelayService: RelaySet, RelayUnset, RelayStatus, RelayQuarantine), hands out the
+//     connection, Pusher and Receiver the outbox loop and the daemon use, pauses pushes when the
+//     relay asks to slow down, and runs the daemon's relay loops (Run).
 //   - Keeper: enrolment and publications. It reads the relay's info, enrols the host key when
 //     the relay does not know it (or the epoch changed), and publishes the enc-key ad and the
 //     sender allowlist when due, recording each outcome through the host's hooks.
@@ -9,7 +15,7 @@
 //   - Source: the relay client as the Relay an inbox.Receiver pulls from, with the client's
 //     errors read into the ones the Receiver acts on (ReceiverError).
 //
-// The relay record a host keeps (the pin, what the Keeper learned, problems), the receive
-// handler that stores items in the host's mailboxes, and the daemon's loops stay in package
-// host, which owns the store they live in.
+// The relay items a Receiver pulls are handled inside the transaction of their page: receipts
+// and expiry notices here, envelopes by the host's own receive path (Host.Envelope). The host
+// gives a Link its peers, that mailbox commit, its alerts and ways to wake its loops (Host).
 package relaylink

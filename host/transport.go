@@ -3,12 +3,11 @@ package host
 import (
 	"time"
 
-	"github.com/agentmbx/agentmbx/mbx"
 	"github.com/agentmbx/agentmbx/outbox"
 	"github.com/agentmbx/agentmbx/relaylink"
 )
 
-// Sending through the relay (docs/design.md: Push and acceptance, Delivery receipts, Choosing a
+// Choosing a transport (docs/design.md: Push and acceptance, Delivery receipts, Choosing a
 // transport).
 //
 // Transport selection, per row (transportFor): a relay-accepted row (flagged for a re-push after
@@ -30,7 +29,7 @@ import (
 // the row pending: a 200 without a valid statement, a missing result, a lost answer. Rejections
 // are kept with their reason: retried with backoff where retrying can help (quotas, a target
 // not yet enrolled or not yet allowing this sender), ended with an alert where it cannot. A
-// rejected:rate, a 429 and a 503 with Retry-After pause the whole link instead (relay_pause.go).
+// rejected:rate, a 429 and a 503 with Retry-After pause the whole link instead (relaylink/pause.go).
 
 // Failpoints of the relay paths (see package failpoint; MBX_FAILPOINT in crash tests).
 const (
@@ -72,9 +71,9 @@ func (h *Host) transportFor(r outbox.Row, p PeerRecord, relayOK bool, now time.T
 // lanDownSince reports whether the peer's LAN address failed to answer less than lanRetryAfter
 // before now.
 func (h *Host) lanDownSince(host string, now time.Time) bool {
-	h.rl.mu.Lock()
-	defer h.rl.mu.Unlock()
-	at, ok := h.rl.lanDown[host]
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	at, ok := h.lanDown[host]
 	return ok && now.Sub(at) < lanRetryAfter
 }
 
@@ -87,37 +86,19 @@ func (h *Host) noteLAN(host string, out []outbox.Outcome) {
 			answered = true
 		}
 	}
-	h.rl.mu.Lock()
-	defer h.rl.mu.Unlock()
+	now := h.clock()
+	h.mu.Lock()
+	defer h.mu.Unlock()
 	if answered {
-		delete(h.rl.lanDown, host)
+		delete(h.lanDown, host)
 	} else if len(out) > 0 {
-		h.rl.lanDown[host] = h.clock()
+		h.lanDown[host] = now
 	}
 }
 
 // lanUp clears the peer's down mark: a verified request came from it over the LAN.
 func (h *Host) lanUp(host string) {
-	h.rl.mu.Lock()
-	delete(h.rl.lanDown, host)
-	h.rl.mu.Unlock()
-}
-
-// relayPusher is the pusher of link: it records the push's problems and the epochs its accept
-// statements name.
-func (h *Host) relayPusher(l *relayLink) *relaylink.Pusher {
-	lim := mbx.DefaultLimits()
-	if s, err := h.loadRelay(); err == nil && s != nil {
-		lim = s.limits()
-	}
-	return &relaylink.Pusher{Client: l.c, Pin: l.pin, Limits: lim, Logger: h.log,
-		Observe: func(err error) {
-			if err != nil {
-				h.relayFailed(l, opPush, err)
-			} else {
-				h.relayProblem(l, opPush, nil)
-			}
-		},
-		EpochSeen: func(epoch string) { h.relayEpochSeen(l, epoch) },
-	}
+	h.mu.Lock()
+	delete(h.lanDown, host)
+	h.mu.Unlock()
 }

@@ -1,4 +1,4 @@
-package host
+package relaylink
 
 import (
 	"errors"
@@ -26,8 +26,9 @@ const EnvRelayToken = "MBX_RELAY_TOKEN"
 // maxTokenBytes bounds a token file.
 const maxTokenBytes = 16 << 10
 
-// relayToken is the token to enrol with ("" for none).
-func relayToken(file string) (string, error) {
+// Token is the account token to enrol with ("" for none): the token file's (a Record's
+// TokenFile), else $MBX_RELAY_TOKEN.
+func Token(file string) (string, error) {
 	if file == "" {
 		return strings.TrimSpace(os.Getenv(EnvRelayToken)), nil
 	}
@@ -74,7 +75,7 @@ func tokenStatus(file string, now time.Time) *api.RelayToken {
 	if file == "" {
 		src = "$" + EnvRelayToken
 	}
-	tok, err := relayToken(file)
+	tok, err := Token(file)
 	switch {
 	case err != nil:
 		return &api.RelayToken{Source: src, Error: err.Error()}

@@ -1,0 +1,237 @@
+package host
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"strings"
+
+	"go.etcd.io/bbolt"
+
+	"github.com/agentmbx/agentmbx/api"
+	"github.com/agentmbx/agentmbx/inbox"
+	"github.com/agentmbx/agentmbx/internal/failpoint"
+	"github.com/agentmbx/agentmbx/mbx"
+	"github.com/agentmbx/agentmbx/outbox"
+	"github.com/agentmbx/agentmbx/quarantine"
+	"github.com/agentmbx/agentmbx/relaylink"
+)
+
+// The host's side of package relaylink (docs/design.md: Receive checkpoint and ack, Delivery
+// receipts): a relaylink.Link keeps the relay record, enrols, pushes, pulls and runs the daemon's
+// relay loops; relayHost is what it needs of this host: the peers, the mailbox commit of a relay
+// item inside its page's transaction, the alerts, and waking the loops. *Host answers
+// api.RelayService through its Link.
+
+// relayHost is the relaylink.Host of a Host.
+type relayHost struct{ *Host }
+
+var _ relaylink.Host = relayHost{}
+
+// Peers lists the pinned peers, read in tx.
+func (rh relayHost) Peers(tx *bbolt.Tx) ([]relaylink.Peer, error) {
+	ps, err := peersTx(tx)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]relaylink.Peer, len(ps))
+	for i, p := range ps {
+		out[i] = relaylink.Peer{Host: p.Host, Key: p.HostPubkey, Retired: p.RetiredKeys}
+	}
+	return out, nil
+}
+
+// Receipt applies a delivery receipt the paired host peer pushed (acceptReceiptTx).
+func (rh relayHost) Receipt(tx *bbolt.Tx, peer string, wire []byte) (string, error) {
+	_, st, err := rh.acceptReceiptTx(tx, wire, peer)
+	return string(st), err
+}
+
+// Alert leaves the alert of a row that ended undelivered in its sender's mailbox.
+func (rh relayHost) Alert(tx *bbolt.Tx, row outbox.Row) error {
+	alerted, err := rh.alertTx(tx, row)
+	if alerted {
+		tx.OnCommit(rh.mail.notify)
+	}
+	return err
+}
+
+func (rh relayHost) KickOutbox()                  { rh.kickOutbox() }
+func (rh relayHost) Answered(ctx context.Context) { rh.relayAnswered(ctx) }
+
+// senderPeerTx finds the pinned peer that pushed an item (by its current or a retired key).
+func senderPeerTx(tx *bbolt.Tx, key string) (PeerRecord, bool, error) {
+	peers, err := peersTx(tx)
+	if err != nil {
+		return PeerRecord{}, false, err
+	}
+	for _, p := range peers {
+		if p.HostPubkey == key || slices.Contains(p.RetiredKeys, key) {
+			return p, true, nil
+		}
+	}
+	return PeerRecord{}, false, nil
+}
+
+// relayHold holds the relay while this host's key rotation has relay steps left
+// (relaylink.Config.Hold).
+func (h *Host) relayHold() error {
+	if h.rot.gate.Load() {
+		return ErrRelayRotating
+	}
+	return nil
+}
+
+// peerKeys are the pinned peers' current host keys (the sender allowlist's).
+func (h *Host) peerKeys() ([]string, error) {
+	peers, err := h.PeerRecords()
+	if err != nil {
+		return nil, err
+	}
+	keys := make([]string, len(peers))
+	for i, p := range peers {
+		keys[i] = p.HostPubkey
+	}
+	return keys, nil
+}
+
+func (rh relayHost) Daemon() bool {
+	rh.mu.Lock()
+	defer rh.mu.Unlock()
+	return rh.daemon
+}
+
+// Envelope is the host's receive path for an envelope item pushed to the relay: a rotation
+// notice goes to handleRotationNotice; mail from a paired host (by its current or a retired key)
+// goes through prepareEnvelope and commitEnvelopeTx, exactly like LAN mail (dedup by message id),
+// in the transaction of the item's page. A repeat is done, and re-sends the current delivery
+// receipt of every local copy whose last receipt is no longer on its way, because a sender
+// re-pushes only when it still waits for one (after an epoch change).
+func (rh relayHost) Envelope(tx *bbolt.Tx, it inbox.Item) (inbox.Verdict, error) {
+	h := rh.Host
+	if mbx.IsRotationNotice(it.Wire) {
+		return h.handleRotationNotice(tx, it.ItemID, it.Sender, it.Wire)
+	}
+	peer, ok, err := senderPeerTx(tx, it.Sender)
+	if err != nil {
+		return inbox.Verdict{}, err
+	}
+	if !ok {
+		return inbox.Rejected(quarantine.CauseUnpaired, ReasonUnpaired), nil
+	}
+	in, err := h.prepareEnvelope(peer, it.Wire, true)
+	if err != nil {
+		st, _ := rejected(err)
+		reason := strings.TrimPrefix(st, mbx.StatusRejectedPrefix)
+		return inbox.Rejected(causeOf(reason), reason), nil
+	}
+	if in.Env.ID != it.ItemID {
+		return inbox.Rejected(quarantine.CauseMalformed, "item id is not the envelope id"), nil
+	}
+	st, err := h.commitEnvelopeTx(tx, in)
+	if err != nil {
+		if s, ok := rejected(err); ok {
+			reason := strings.TrimPrefix(s, mbx.StatusRejectedPrefix)
+			return inbox.Rejected(causeOf(reason), reason), nil
+		}
+		return inbox.Verdict{}, err
+	}
+	if st == mbx.StatusDuplicate {
+		n, err := h.resendReceiptsTx(tx, in.Env.ID, peer.Host)
+		if err != nil {
+			return inbox.Verdict{}, err
+		}
+		if n > 0 {
+			tx.OnCommit(h.kickOutbox)
+		}
+		return inbox.Duplicate(), nil
+	}
+	if err := failpoint.Inject(FailRelayHandledBeforeCommit); err != nil {
+		return inbox.Verdict{}, err
+	}
+	tx.OnCommit(h.Wake)
+	return inbox.Accepted(), nil
+}
+
+// causeOf classifies a receive-path refusal reason for the quarantine.
+func causeOf(reason string) quarantine.Cause {
+	switch reason {
+	case ReasonBadSignature, ReasonSenderMismatch:
+		return quarantine.CauseBadSignature
+	case ReasonUndecryptable:
+		return quarantine.CauseUndecryptable
+	case ReasonUnpaired:
+		return quarantine.CauseUnpaired
+	case ReasonIDConflict:
+		return quarantine.CauseRefused
+	}
+	return quarantine.CauseMalformed
+}
+
+// resendReceiptsTx queues again the current delivery receipt of each local copy of message msgID
+// from origin whose last receipt is no longer on its way (its row ended or was pruned): the
+// sender re-pushed the message, so it still waits for one. Each re-send takes the next seq, so
+// the sender's acceptReceipt takes it. It returns how many it queued.
+func (h *Host) resendReceiptsTx(tx *bbolt.Tx, msgID, origin string) (int, error) {
+	var msg storedMessage
+	found, err := getJSON(tx.Bucket(bucketMessages), []byte(msgID), &msg)
+	if err != nil || !found || msg.Origin != origin {
+		return 0, err
+	}
+	agents, err := h.expandIncomingTx(tx, msg.To)
+	if err != nil {
+		return 0, err
+	}
+	box, ob, now := tx.Bucket(bucketMbox), h.ob.In(tx), h.clock()
+	n := 0
+	for _, a := range agents {
+		var e mboxEntry
+		found, err := getJSON(box, key2(a, msgID), &e)
+		if err != nil {
+			return n, err
+		}
+		if !found || e.Origin != origin {
+			continue
+		}
+		last := mbx.ReceiptItemID(msgID, a+"@"+h.name, e.Seq)
+		r, err := ob.Get(outbox.Key{ItemID: last, Host: origin})
+		if err == nil && r.State.Active() {
+			continue // still on its way
+		}
+		if err != nil && !errors.Is(err, outbox.ErrNotFound) {
+			return n, err
+		}
+		e.Seq++
+		if err := h.queueReceiptTx(tx, origin, msgID, a, e, now); err != nil {
+			return n, err
+		}
+		if err := putJSON(box, key2(a, msgID), e); err != nil {
+			return n, err
+		}
+		n++
+	}
+	return n, nil
+}
+
+// RelaySet pins a relay (relaylink.Link.RelaySet).
+func (h *Host) RelaySet(ctx context.Context, req api.RelaySetRequest) (api.RelayStatus, error) {
+	return h.relay.RelaySet(ctx, req)
+}
+
+// RelayUnset forgets the pinned relay (relaylink.Link.RelayUnset).
+func (h *Host) RelayUnset(ctx context.Context) (api.RelayStatus, error) {
+	return h.relay.RelayUnset(ctx)
+}
+
+// RelayStatus reports the pinned relay and what this host knows and did with it.
+func (h *Host) RelayStatus(ctx context.Context) (api.RelayStatus, error) {
+	return h.relay.RelayStatus(ctx)
+}
+
+// RelayQuarantine lists the relay items this host rejected, oldest relay position first.
+func (h *Host) RelayQuarantine(ctx context.Context) ([]api.QuarantineItem, error) {
+	return h.relay.RelayQuarantine(ctx)
+}
+
+// Host implements api.RelayService on its store.
+var _ api.RelayService = (*Host)(nil)

@@ -1,0 +1,30 @@
+package relaylink
+
+import "github.com/agentmbx/agentmbx/api"
+
+// The relay errors are api.CodedErrors: each names the control-socket code it is answered with
+// and what a person can do about it. Match them with errors.Is.
+var (
+	// ErrInvalid is returned by Set for malformed input (a bad URL, key, CA or token file); the
+	// message says which. package host uses this same value for all its bad input.
+	ErrInvalid = api.NewError(api.CodeBadRequest, "invalid input", "")
+	// ErrNoRelay is returned when an operation needs a pinned relay and none is set.
+	ErrNoRelay = api.NewError(api.CodeNotFound, "no relay is set",
+		"pin one with `agentmbx relay set URL [--key FINGERPRINT]`")
+	// ErrRelayKeyMismatch is returned by Set when the relay serves a key other than the
+	// fingerprint given with --key. Nothing is pinned.
+	ErrRelayKeyMismatch = api.NewError(api.CodeConflict, "the relay serves another key than the one given",
+		"check the fingerprint with the relay's operator (`agentmbx relay keygen` printed it); do not pin a key you cannot vouch for")
+	// ErrRelayUnreachable is returned (wrapped) by Set when the relay does not answer its info,
+	// or answers something that is not a v2 relay. Nothing is pinned.
+	ErrRelayUnreachable = api.NewError(api.CodeUnavailable, "the relay did not answer as a v2 relay",
+		"check the URL (https://host[:port]) and that `agentmbx relay serve` runs there")
+	// ErrRelayStopped is returned while relay use is stopped because the relay served another key
+	// than the pinned one: a new relay, or someone in between. `relay set` with the new key, after
+	// checking it, resumes.
+	ErrRelayStopped = api.NewError(api.CodeRefused, "relay use stopped: the relay serves another key than the pinned one",
+		"if the relay really has a new key, check its fingerprint and confirm it with `agentmbx relay set URL --key FINGERPRINT`")
+
+	// errCorrupt is returned when the relay record cannot be decoded (as the host's ErrCorrupt).
+	errCorrupt = api.NewError(api.CodeInternal, "host store record is corrupt", "")
+)

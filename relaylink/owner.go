@@ -1,0 +1,229 @@
+package relaylink
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"go.etcd.io/bbolt"
+
+	"github.com/agentmbx/agentmbx/api"
+	"github.com/agentmbx/agentmbx/internal/logkey"
+	"github.com/agentmbx/agentmbx/mbx"
+	"github.com/agentmbx/agentmbx/quarantine"
+	"github.com/agentmbx/agentmbx/relayclient"
+)
+
+// The owner's commands: a Link is the host's api.RelayService.
+var _ api.RelayService = (*Link)(nil)
+
+// RelaySet pins the relay at req.URL: it fetches the relay's info, checks the served key against
+// req.Key when one is given (refusing a mismatch with ErrRelayKeyMismatch) or trusts it on first
+// use, and stores the pin. Pinning the relay already pinned with the same key keeps what the host
+// knows of it; a new URL or key starts afresh (enrolment and publications follow). Setting the
+// relay again is also how the owner confirms a key change that stopped relay use. Nothing is
+// stored when any check fails.
+func (l *Link) RelaySet(ctx context.Context, req api.RelaySetRequest) (api.RelayStatus, error) {
+	url, err := relayclient.NormalizeURL(strings.TrimSpace(req.URL))
+	if err != nil {
+		return api.RelayStatus{}, fmt.Errorf("host: relay set: %w: %v", ErrInvalid, err)
+	}
+	fp := strings.TrimSpace(req.Key)
+	if fp != "" {
+		if _, err := mbx.ParseFingerprint(fp); err != nil {
+			return api.RelayStatus{}, fmt.Errorf("host: relay set: %w: key %q is not a fingerprint (xxxx-xxxx-xxxx-xxxx) or a base64 key", ErrInvalid, clip(fp, 60))
+		}
+	}
+	if req.CA != "" {
+		if _, err := relayclient.CertPool([]byte(req.CA)); err != nil {
+			return api.RelayStatus{}, fmt.Errorf("host: relay set: %w: %v", ErrInvalid, err)
+		}
+	}
+	if err := checkTokenFile(req.TokenFile); err != nil {
+		return api.RelayStatus{}, fmt.Errorf("host: relay set: %w: %v", ErrInvalid, err)
+	}
+	info, err := relayclient.Discover(ctx, url, &relayclient.Options{Clock: l.clock, Logger: l.log, CA: []byte(req.CA)})
+	if err != nil {
+		return api.RelayStatus{}, fmt.Errorf("host: relay set %s: %w: %w", url, ErrRelayUnreachable, err)
+	}
+	pin, err := relayclient.PinInfo(url, info, fp)
+	if err != nil {
+		var kc *relayclient.KeyChangedError
+		if errors.As(err, &kc) {
+			return api.RelayStatus{}, fmt.Errorf("host: relay set %s: %w: it serves %s, you gave %s", url, ErrRelayKeyMismatch, kc.Served, kc.Pinned)
+		}
+		return api.RelayStatus{}, fmt.Errorf("host: relay set %s: %w: %w", url, ErrRelayUnreachable, err)
+	}
+	replaced, err := l.pinTx(pin, fp, req, info)
+	if err != nil {
+		return api.RelayStatus{}, fmt.Errorf("host: relay set: %w", err)
+	}
+	l.Drop()
+	poke(l.keep)
+	l.host.KickOutbox()
+	l.log.Info("relay pinned", logkey.Relay, pin.URL, logkey.Fingerprint, pin.Fingerprint(), logkey.TOFU, fp == "", logkey.Replaced, replaced)
+	st, err := l.RelayStatus(ctx)
+	st.Replaced = replaced
+	return st, err
+}
+
+// pinTx stores the pin checked by RelaySet and returns the fingerprint of the relay key it
+// replaced ("" for none).
+func (l *Link) pinTx(pin relayclient.Pin, fp string, req api.RelaySetRequest, info mbx.InfoResponse) (string, error) {
+	replaced := ""
+	err := l.db.Update(func(tx *bbolt.Tx) error {
+		replaced = ""
+		old, err := LoadTx(tx)
+		if err != nil {
+			return err
+		}
+		if old != nil && old.URL == pin.URL && old.RelayKey == pin.RelayKey {
+			if old.KeyChange != nil || (fp != "" && old.TOFU) || old.CA != req.CA || old.TokenFile != req.TokenFile {
+				old.KeyChange = nil
+				old.TOFU = old.TOFU && fp == ""
+				old.CA = req.CA
+				if old.TokenFile != req.TokenFile {
+					// Another token (or none) proves another account: enrol again with it.
+					old.TokenFile, old.Enrolled = req.TokenFile, nil
+				}
+				return saveTx(tx, old)
+			}
+			return nil
+		}
+		if old != nil && old.RelayKey != pin.RelayKey {
+			replaced = mbx.Fingerprint(old.RelayKey)
+		}
+		lim := info.Limits
+		return saveTx(tx, &Record{URL: pin.URL, RelayKey: pin.RelayKey, PinnedAt: mbx.ISOTime(l.clock()),
+			TOFU: fp == "", CA: req.CA, TokenFile: req.TokenFile, Published: Published{Limits: &lim}, Epoch: info.Epoch})
+	})
+	return replaced, err
+}
+
+// RelayUnset forgets the pinned relay. Rows the relay accepted stay relay-accepted: their delivery
+// receipts (over the LAN) still settle them, and their deadlines still stand.
+func (l *Link) RelayUnset(ctx context.Context) (api.RelayStatus, error) {
+	if err := ctx.Err(); err != nil {
+		return api.RelayStatus{}, err
+	}
+	err := l.db.Update(func(tx *bbolt.Tx) error {
+		s, err := LoadTx(tx)
+		if err != nil {
+			return err
+		}
+		if s == nil {
+			return ErrNoRelay
+		}
+		return saveTx(tx, nil)
+	})
+	if err != nil {
+		return api.RelayStatus{}, fmt.Errorf("host: relay unset: %w", err)
+	}
+	l.Drop()
+	l.log.Info("relay unset")
+	return l.RelayStatus(ctx)
+}
+
+// RelayStatus reports the pinned relay and what the host knows and did with it.
+func (l *Link) RelayStatus(ctx context.Context) (api.RelayStatus, error) {
+	if err := ctx.Err(); err != nil {
+		return api.RelayStatus{}, err
+	}
+	var st api.RelayStatus
+	err := l.db.View(func(tx *bbolt.Tx) error {
+		n, err := l.quar.In(tx).Count()
+		if err != nil {
+			return err
+		}
+		st.Quarantined = n
+		s, err := LoadTx(tx)
+		if err != nil || s == nil {
+			return err
+		}
+		return l.statusTx(tx, s, &st)
+	})
+	if err != nil {
+		return api.RelayStatus{}, fmt.Errorf("host: relay status: %w", err)
+	}
+	st.Daemon = l.host.Daemon()
+	return st, nil
+}
+
+// statusTx fills st with what the record s and the stores say of the pinned relay.
+func (l *Link) statusTx(tx *bbolt.Tx, s *Record, st *api.RelayStatus) error {
+	st.Configured, st.URL, st.RelayPubkey, st.Fingerprint = true, s.URL, s.RelayKey, mbx.Fingerprint(s.RelayKey)
+	st.PinnedAt, st.TOFU, st.Epoch, st.CA = s.PinnedAt, s.TOFU, s.Epoch, s.CA
+	st.Account, st.Token = s.Account, tokenStatus(s.TokenFile, l.clock())
+	if s.KeyChange != nil {
+		st.Stopped = true
+		kc := *s.KeyChange
+		st.KeyChange = &kc
+	}
+	if s.enrolledFor(s.Epoch, l.key.PublicKey()) {
+		st.Enrolled, st.EnrolledAt = true, s.Enrolled.At
+	}
+	if s.EncAd != nil {
+		st.EncAdAt, st.EncAdExp = s.EncAd.At, s.EncAd.Exp
+	}
+	if s.Senders != nil {
+		var err error
+		st.SendersAt, st.Senders = s.Senders.At, s.Senders.Count
+		if st.SendersCurrent, err = l.sendersCurrentTx(tx, s); err != nil {
+			return err
+		}
+	}
+	for _, p := range s.Problems {
+		st.Problems = append(st.Problems, p)
+	}
+	slices.SortFunc(st.Problems, func(a, b api.RelayProblem) int { return strings.Compare(a.Op, b.Op) })
+	pos, err := l.rpos.In(tx).Position(s.URL)
+	if err != nil {
+		return err
+	}
+	st.ReceivedThrough, st.PositionEpoch, st.Resets = pos.ReceivedThrough, pos.Epoch, pos.Resets
+	rows, err := l.ob.In(tx).RelayAccepted(s.URL)
+	st.RelayAccepted = len(rows)
+	return err
+}
+
+// RelayQuarantine lists the relay items the host rejected, oldest relay position first.
+func (l *Link) RelayQuarantine(ctx context.Context) ([]api.QuarantineItem, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	var out []api.QuarantineItem
+	err := l.db.View(func(tx *bbolt.Tx) error {
+		es, err := l.quar.In(tx).List(quarantine.Filter{})
+		if err != nil {
+			return err
+		}
+		peers, err := l.host.Peers(tx)
+		if err != nil {
+			return err
+		}
+		out = make([]api.QuarantineItem, 0, len(es))
+		for _, e := range es {
+			it := api.QuarantineItem{Relay: e.Relay, Epoch: e.Epoch, Seq: e.Seq, ItemID: e.ItemID, Kind: e.Kind,
+				Sender: e.Sender, Cause: e.Cause.String(), Reason: e.Reason, Bytes: e.Bytes, At: isoOrEmpty(e.At)}
+			if p, ok := peerWithKey(peers, e.Sender); ok {
+				it.Host = p.Host
+			}
+			out = append(out, it)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("host: relay quarantine: %w", err)
+	}
+	return out, nil
+}
+
+func isoOrEmpty(t time.Time) string {
+	if t.IsZero() {
+		return ""
+	}
+	return mbx.ISOTime(t)
+}
