@@ -10,6 +10,7 @@ import (
 	"go.etcd.io/bbolt"
 
 	"github.com/agentmbx/agentmbx/api"
+	"github.com/agentmbx/agentmbx/host/mailindex"
 	"github.com/agentmbx/agentmbx/mbx"
 )
 
@@ -61,7 +62,7 @@ func (h *Host) WaitNew(ctx context.Context, req api.WaitRequest) (api.InboxPage,
 		}
 		var fresh bool
 		if err := h.db.View(func(tx *bbolt.Tx) error {
-			k, _ := tx.Bucket(bucketFresh).Cursor().Seek(prefix(req.Agent))
+			k, _ := tx.Bucket(mailindex.Fresh).Cursor().Seek(prefix(req.Agent))
 			fresh = k != nil && bytes.HasPrefix(k, prefix(req.Agent))
 			return nil
 		}); err != nil {
@@ -69,7 +70,7 @@ func (h *Host) WaitNew(ctx context.Context, req api.WaitRequest) (api.InboxPage,
 		}
 		if fresh {
 			page, err := h.showPage(req.Agent, func(tx *bbolt.Tx) ([]string, int) {
-				ids := idsAfter(tx.Bucket(bucketFresh), req.Agent, "")
+				ids := idsAfter(tx.Bucket(mailindex.Fresh), req.Agent, "")
 				if len(ids) > limit {
 					return ids[:limit], len(ids) - limit
 				}

@@ -10,6 +10,7 @@ import (
 	"go.etcd.io/bbolt"
 
 	"github.com/agentmbx/agentmbx/api"
+	"github.com/agentmbx/agentmbx/host/mailindex"
 )
 
 // KnownAgents lists the agents of paired hosts that this host knows of: it had mail or a delivery
@@ -25,7 +26,7 @@ func (h *Host) KnownAgents(ctx context.Context) ([]api.KnownAgent, error) {
 		if err != nil {
 			return err
 		}
-		c := tx.Bucket(bucketIdxKnown).Cursor()
+		c := tx.Bucket(mailindex.Known).Cursor()
 		for _, p := range peers {
 			pre := prefix(p.Host)
 			for k, _ := c.Seek(pre); k != nil && bytes.HasPrefix(k, pre); k, _ = c.Next() {

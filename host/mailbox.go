@@ -9,6 +9,7 @@ import (
 	"go.etcd.io/bbolt"
 
 	"github.com/agentmbx/agentmbx/api"
+	"github.com/agentmbx/agentmbx/host/mailindex"
 	"github.com/agentmbx/agentmbx/mbx"
 )
 
@@ -61,7 +62,7 @@ func (h *Host) deliverLocalTx(tx *bbolt.Tx, msg *storedMessage, agents []string,
 		if err := indexMessageTx(tx, msg); err != nil {
 			return err
 		}
-		if err := noteKnownTx(tx, msg.From, msg.Origin); err != nil {
+		if err := mailindex.NoteKnownTx(tx, msg.From, msg.Origin); err != nil {
 			return err
 		}
 	}
@@ -91,10 +92,10 @@ func (h *Host) deliverLocalTx(tx *bbolt.Tx, msg *storedMessage, agents []string,
 		if err := unread.Put(k, nil); err != nil {
 			return err
 		}
-		if err := tx.Bucket(bucketFresh).Put(k, nil); err != nil {
+		if err := tx.Bucket(mailindex.Fresh).Put(k, nil); err != nil {
 			return err
 		}
-		if err := indexAgentTx(tx, a, msg.ID); err != nil {
+		if err := mailindex.PutAgentTx(tx, a, msg.ID); err != nil {
 			return err
 		}
 	}
@@ -138,7 +139,7 @@ func (h *Host) advanceTx(tx *bbolt.Tx, agent, msgID string, state mbx.ReceiptSta
 	if err := putJSON(box, k, e); err != nil {
 		return msg, e, false, err
 	}
-	if err := tx.Bucket(bucketFresh).Delete(k); err != nil {
+	if err := tx.Bucket(mailindex.Fresh).Delete(k); err != nil {
 		return msg, e, false, err
 	}
 	if state >= mbx.ReceiptRead {

@@ -10,6 +10,7 @@ import (
 
 	"go.etcd.io/bbolt"
 
+	"github.com/agentmbx/agentmbx/host/mailindex"
 	"github.com/agentmbx/agentmbx/internal/logkey"
 	"github.com/agentmbx/agentmbx/mbx"
 	"github.com/agentmbx/agentmbx/outbox"
@@ -163,7 +164,7 @@ func (h *Host) acceptReceiptTx(tx *bbolt.Tx, item []byte, hop string) (itemID st
 	if err := putJSON(tx.Bucket(bucketRState), key2(s.Rec.Msg, s.Rec.Recipient), r); err != nil {
 		return itemID, "", err
 	}
-	if err := noteKnownTx(tx, s.Rec.Recipient, host); err != nil {
+	if err := mailindex.NoteKnownTx(tx, s.Rec.Recipient, host); err != nil {
 		return itemID, "", err
 	}
 	if _, from, err := h.ob.In(tx).Settle(s.Rec.Msg, host); err != nil {

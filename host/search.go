@@ -1,7 +1,6 @@
 package host
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"strings"
@@ -9,6 +8,7 @@ import (
 	"go.etcd.io/bbolt"
 
 	"github.com/agentmbx/agentmbx/api"
+	"github.com/agentmbx/agentmbx/host/mailindex"
 )
 
 // maxQueryTerms caps the words of a search query.
@@ -31,15 +31,15 @@ func (h *Host) Search(ctx context.Context, req api.SearchRequest) (api.SearchRes
 	}
 	out := api.SearchResult{Query: req.Query}
 	err = h.db.View(func(tx *bbolt.Tx) error {
-		lists := make([]*postings, 0, len(ts)+1)
+		lists := make([]*mailindex.Postings, 0, len(ts)+1)
 		for _, t := range ts {
-			lists = append(lists, newPostings(tx.Bucket(bucketIdxTerms), t))
+			lists = append(lists, mailindex.NewPostings(tx.Bucket(mailindex.Terms), t))
 		}
 		if req.Agent != "" {
-			lists = append(lists, newPostings(tx.Bucket(bucketIdxAgent), req.Agent))
+			lists = append(lists, mailindex.NewPostings(tx.Bucket(mailindex.Agent), req.Agent))
 		}
 		var ids []string
-		intersectDesc(lists, func(id []byte) bool {
+		mailindex.IntersectDesc(lists, func(id []byte) bool {
 			ids = append(ids, string(id))
 			return len(ids) <= limit
 		})
@@ -64,7 +64,7 @@ func checkSearch(req api.SearchRequest) ([]string, int, error) {
 	if len(req.Query) > api.MaxQuery {
 		return nil, 0, fmt.Errorf("%w: query over %d bytes", ErrInvalid, api.MaxQuery)
 	}
-	ts := terms(req.Query)
+	ts := mailindex.Words(req.Query)
 	if len(ts) == 0 {
 		return nil, 0, fmt.Errorf("%w: the query has no words (letters or digits) to look for", ErrInvalid)
 	}
@@ -84,61 +84,6 @@ func pageSize(n int) (int, error) {
 		return 0, fmt.Errorf("%w: limit %d (1 to %d)", ErrInvalid, n, api.MaxPage)
 	}
 	return n, nil
-}
-
-// postings is one sorted list of message ids: the keys k ‖ 0x00 ‖ id of a bucket.
-type postings struct {
-	c      *bbolt.Cursor
-	prefix []byte
-}
-
-func newPostings(b *bbolt.Bucket, k string) *postings {
-	return &postings{c: b.Cursor(), prefix: prefix(k)}
-}
-
-// seekLE returns the greatest id in the list that is ≤ id (< id when strict), and false when
-// there is none.
-func (l *postings) seekLE(id []byte, strict bool) ([]byte, bool) {
-	target := append(bytes.Clone(l.prefix), id...)
-	k, _ := l.c.Seek(target)
-	if !strict && k != nil && bytes.Equal(k, target) {
-		return k[len(l.prefix):], true
-	}
-	if k == nil {
-		k, _ = l.c.Last()
-	} else {
-		k, _ = l.c.Prev()
-	}
-	if k == nil || !bytes.HasPrefix(k, l.prefix) {
-		return nil, false
-	}
-	return k[len(l.prefix):], true
-}
-
-// intersectDesc calls visit with each id that is in every list, greatest first, until visit
-// returns false or a list runs out (a leapfrog join: each list in turn seeks to the current
-// candidate; a list that holds it agrees, one that does not lowers the candidate).
-func intersectDesc(lists []*postings, visit func(id []byte) bool) {
-	x, strict := []byte{0xff}, false
-	for {
-		agreed := 0
-		for i := 0; agreed < len(lists); i = (i + 1) % len(lists) {
-			v, ok := lists[i].seekLE(x, strict)
-			strict = false
-			if !ok {
-				return
-			}
-			if bytes.Equal(v, x) {
-				agreed++
-			} else {
-				x, agreed = v, 1
-			}
-		}
-		if !visit(x) {
-			return
-		}
-		strict = true
-	}
 }
 
 // viewTx is message id as agent sees it: its copy, or "sent" for mail it sent and holds no copy
@@ -181,7 +126,7 @@ func (h *Host) viewsTx(tx *bbolt.Tx, agent string, ids []string) ([]api.Message,
 
 // visibleTx reports whether agent holds or sent message id ("" sees everything).
 func visibleTx(tx *bbolt.Tx, agent, id string) bool {
-	return agent == "" || tx.Bucket(bucketIdxAgent).Get(key2(agent, id)) != nil
+	return agent == "" || tx.Bucket(mailindex.Agent).Get(key2(agent, id)) != nil
 }
 
 // validRef is a message or thread id as a request may name it: not empty, at most 1 KiB (a

@@ -10,6 +10,7 @@ import (
 	"go.etcd.io/bbolt"
 
 	"github.com/agentmbx/agentmbx/api"
+	"github.com/agentmbx/agentmbx/host/mailindex"
 	"github.com/agentmbx/agentmbx/internal/logkey"
 	"github.com/agentmbx/agentmbx/mbx"
 	"github.com/agentmbx/agentmbx/outbox"
@@ -230,10 +231,10 @@ func (h *Host) Send(ctx context.Context, req api.SendRequest) (api.SendResult, e
 		if err := putJSON(tx.Bucket(bucketSent), []byte(rec.ID), rec); err != nil {
 			return err
 		}
-		if err := indexAgentTx(tx, req.From, rec.ID); err != nil {
+		if err := mailindex.PutAgentTx(tx, req.From, rec.ID); err != nil {
 			return err
 		}
-		if err := noteNamedTx(tx, rt.named); err != nil {
+		if err := mailindex.NoteNamedTx(tx, rt.named); err != nil {
 			return err
 		}
 		ob := h.ob.In(tx)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/agentmbx/agentmbx/host/mailindex"
 	"go.etcd.io/bbolt"
 )
 
@@ -22,7 +23,7 @@ import (
 //	rstate    msg id ‖ recipient → the last accepted delivery receipt {host, state, seq, at, note}
 //	seen      msg id → {host, at}: received ids, for dedup (kept SeenRetention, 60 days)
 //	seen_at   be64(at) ‖ msg id → "": the prune index of seen
-//	idx_*, fresh  the mail indexes (indexBuckets, schema 2): written with each message, built
+//	idx_*, fresh  the mail indexes (mailindex.Buckets, schema 2): written with each message, built
 //	          when a schema 1 store is opened
 //	relay     "state" → the pinned relay and what this host knows of it (package relaylink)
 //
@@ -42,7 +43,7 @@ var (
 	bucketSeenAt   = []byte("seen_at")
 
 	allBuckets = append([][]byte{bucketMeta, bucketPeers, bucketAgents, bucketMessages, bucketMbox,
-		bucketUnread, bucketSent, bucketRState, bucketSeen, bucketSeenAt}, indexBuckets...)
+		bucketUnread, bucketSent, bucketRState, bucketSeen, bucketSeenAt}, mailindex.Buckets...)
 
 	metaHost    = []byte("host")
 	metaListen  = []byte("listen")

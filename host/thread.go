@@ -9,6 +9,7 @@ import (
 	"go.etcd.io/bbolt"
 
 	"github.com/agentmbx/agentmbx/api"
+	"github.com/agentmbx/agentmbx/host/mailindex"
 	"github.com/agentmbx/agentmbx/mbx"
 )
 
@@ -35,7 +36,7 @@ func (h *Host) Thread(ctx context.Context, req api.ThreadRequest) (api.Thread, e
 		out = api.Thread{Thread: thread}
 		var ids []string
 		p := prefix(thread)
-		c := tx.Bucket(bucketIdxThreads).Cursor()
+		c := tx.Bucket(mailindex.Threads).Cursor()
 		for k, _ := c.Seek(p); k != nil && bytes.HasPrefix(k, p); k, _ = c.Next() {
 			if id := string(k[len(p):]); visibleTx(tx, req.Agent, id) {
 				ids = append(ids, id)
@@ -65,7 +66,7 @@ func threadOfRefTx(tx *bbolt.Tx, agent, ref string) (string, error) {
 		return threadOf(&m), nil
 	}
 	p := prefix(ref)
-	c := tx.Bucket(bucketIdxThreads).Cursor()
+	c := tx.Bucket(mailindex.Threads).Cursor()
 	for k, _ := c.Seek(p); k != nil && bytes.HasPrefix(k, p); k, _ = c.Next() {
 		if visibleTx(tx, agent, string(k[len(p):])) {
 			return ref, nil

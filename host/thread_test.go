@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
-	"math/rand/v2"
 	"slices"
 	"testing"
 	"time"
@@ -12,6 +11,7 @@ import (
 	"go.etcd.io/bbolt"
 
 	"github.com/agentmbx/agentmbx/api"
+	"github.com/agentmbx/agentmbx/host/mailindex"
 )
 
 func ids(ms []api.Message) []string {
@@ -320,7 +320,7 @@ func TestSchemaOneStoreGetsItsIndexesBuilt(t *testing.T) {
 	m := a.send("alice", []string{"bob@alpha"}, "old mail", "from before the index")
 	// Make the store look like schema 1: no index buckets' contents, version 1.
 	if err := a.db.Update(func(tx *bbolt.Tx) error {
-		for _, b := range indexBuckets {
+		for _, b := range mailindex.Buckets {
 			if err := tx.DeleteBucket(b); err != nil {
 				return err
 			}
@@ -345,56 +345,5 @@ func TestSchemaOneStoreGetsItsIndexesBuilt(t *testing.T) {
 	p, err := h.WaitNew(ctx, api.WaitRequest{Agent: "bob"})
 	if err != nil || !slices.Equal(ids(p.Messages), []string{m.ID}) {
 		t.Fatalf("bob's new mail after the upgrade = %v, %v", ids(p.Messages), err)
-	}
-}
-
-// TestIntersectDescMatchesBruteForce checks the leapfrog join against set intersection on random
-// lists.
-func TestIntersectDescMatchesBruteForce(t *testing.T) {
-	clock := newClock()
-	a := newTestHost(t, "alpha", clock)
-	rng := rand.New(rand.NewPCG(1, 2))
-	for round := range 50 {
-		n := 1 + rng.IntN(4)
-		sets := make([]map[string]bool, n)
-		err := a.db.Update(func(tx *bbolt.Tx) error {
-			b, err := tx.CreateBucketIfNotExists([]byte("test"))
-			if err != nil {
-				return err
-			}
-			for i := range sets {
-				sets[i] = map[string]bool{}
-				for range rng.IntN(60) {
-					id := fmt.Sprintf("%04d", rng.IntN(100))
-					sets[i][id] = true
-					if err := b.Put(key2(fmt.Sprint("r", round, "l", i), id), nil); err != nil {
-						return err
-					}
-				}
-			}
-			return nil
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		var want, got []string
-		for id := range sets[0] {
-			if !slices.ContainsFunc(sets[1:], func(s map[string]bool) bool { return !s[id] }) {
-				want = append(want, id)
-			}
-		}
-		slices.Sort(want)
-		slices.Reverse(want)
-		a.db.View(func(tx *bbolt.Tx) error {
-			var lists []*postings
-			for i := range sets {
-				lists = append(lists, newPostings(tx.Bucket([]byte("test")), fmt.Sprint("r", round, "l", i)))
-			}
-			intersectDesc(lists, func(id []byte) bool { got = append(got, string(id)); return true })
-			return nil
-		})
-		if !slices.Equal(got, want) {
-			t.Fatalf("round %d: got %v, want %v", round, got, want)
-		}
 	}
 }
