@@ -71,8 +71,8 @@ type pushWork struct {
 // parsePush decodes and checks the shape of a push body. Any malformed part fails the whole
 // request (400) before anything is looked at, so nothing is stored.
 func (s *Server) parsePush(body []byte) ([]*pushWork, error) {
-	var req mbx.PushRequest
-	if err := decodeJSON(body, &req); err != nil {
+	req, err := decodePushRequest(body)
+	if err != nil {
 		return nil, err
 	}
 	if len(req.Items) == 0 {
