@@ -153,6 +153,9 @@ func (h *Host) waitFacts(ctx context.Context) (waitFacts, error) {
 	if f.relay, err = h.RelayStatus(ctx); err != nil {
 		return f, err
 	}
+	if until, paused := h.relay.Paused(now); paused {
+		f.paused = until
+	}
 	peers, err := h.PeerRecords()
 	for _, p := range peers {
 		f.peers[p.Host] = p
