@@ -25,6 +25,9 @@ Every host command works with or without a running daemon; --home (or $MBX_HOME)
 
 // examples are the Example texts of the commands that do not set one, by command path.
 var examples = map[string]string{
+	"agentmbx relay deny list": `  agentmbx relay deny list --store-dir /var/lib/agentmbx-relay
+  agentmbx relay deny list --all --db "$MBX_RELAY_DB"   # ended entries too`,
+	"agentmbx relay deny remove": `  agentmbx relay deny remove --store-dir /var/lib/agentmbx-relay --fingerprint 1a2b-3c4d-5e6f-7a8b`,
 	"agentmbx init": `  agentmbx init --host laptop
   agentmbx init --home ./work --host work --listen 127.0.0.1:7383`,
 	"agentmbx daemon": `  agentmbx daemon &
