@@ -14,6 +14,7 @@ import (
 	"github.com/agentmbx/agentmbx/internal/logkey"
 	"github.com/agentmbx/agentmbx/mbx"
 	"github.com/agentmbx/agentmbx/outbox"
+	"github.com/agentmbx/agentmbx/relaylink"
 )
 
 // The outbox loop.
@@ -202,6 +203,9 @@ func (h *Host) sendHost(ctx context.Context, peer PeerRecord, rows []outbox.Row)
 				return // shutting down: the rows stay due, the next start sends them again
 			}
 			rows := part.rows
+			// Rows the relay pacer did not get to in time were not sent: no attempt to record,
+			// they stay due for the next pass.
+			rows, out = sentOnly(rows, out)
 			if part.tr.Kind() == outbox.TransportLAN {
 				h.noteLAN(peer.Host, out)
 				h.quiet.note(peer.Host, out, h.clock())
@@ -218,6 +222,19 @@ func (h *Host) sendHost(ctx context.Context, peer PeerRecord, rows []outbox.Row)
 	}
 	wg.Wait()
 	return !failed.Load()
+}
+
+// sentOnly drops the rows whose outcome says they were not sent (relaylink.ErrNotSent).
+func sentOnly(rows []outbox.Row, out []outbox.Outcome) ([]outbox.Row, []outbox.Outcome) {
+	var keepRows []outbox.Row
+	var keepOut []outbox.Outcome
+	for i, o := range out {
+		if o.Err != nil && errors.Is(o.Err, relaylink.ErrNotSent) {
+			continue
+		}
+		keepRows, keepOut = append(keepRows, rows[i]), append(keepOut, o)
+	}
+	return keepRows, keepOut
 }
 
 // record stores the outcomes of one host's attempt in one transaction, and reports whether it

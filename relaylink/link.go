@@ -99,6 +99,7 @@ type Link struct {
 	// pausedUntil: no push goes to the relay before then (its Retry-After, a rate refusal).
 	pausedUntil time.Time
 	recv        *inbox.Receiver // the daemon's (or a test's) receiver for conn
+	pace        linkPace        // the push pacer (link_pace.go)
 
 	changed chan struct{} // the pin changed or relay use stopped: the daemon restarts its loops
 	keep    chan struct{} // run the enrolment and publications now (peers changed, re-enrol)
@@ -365,7 +366,7 @@ func (l *Link) Pusher(c *Conn) *Pusher {
 	if s, err := l.load(); err == nil && s != nil {
 		lim = s.Limits()
 	}
-	return &Pusher{Client: c.Client, Pin: c.Pin, Limits: lim, Logger: l.log,
+	return &Pusher{Client: c.Client, Pin: c.Pin, Limits: lim, Logger: l.log, Pacer: l.pacer(c, lim),
 		Observe: func(err error) {
 			if err != nil {
 				l.failed(c, OpPush, err)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -86,8 +87,8 @@ type pacedSend struct {
 	pusher *Pusher
 	rows   []outbox.Row
 	out    []outbox.Outcome
-	next   int // rows taken into requests so far
-	left   int // rows without an outcome
+	queued []int // indexes of the rows not yet taken into a request, in order
+	left   int   // rows without an outcome
 	done   chan struct{}
 }
 
@@ -131,6 +132,10 @@ func (pc *Pacer) send(ctx context.Context, p *Pusher, rows []outbox.Row) []outbo
 		return nil
 	}
 	s := &pacedSend{ctx: ctx, pusher: p, rows: rows, out: make([]outbox.Outcome, len(rows)), left: len(rows), done: make(chan struct{})}
+	s.queued = make([]int, len(rows))
+	for i := range s.queued {
+		s.queued[i] = i
+	}
 	pc.mu.Lock()
 	pc.queue = append(pc.queue, s)
 	if !pc.running {
@@ -182,35 +187,52 @@ func (pc *Pacer) run() {
 	}
 }
 
-// part is the slice [from, to) of a send's rows in one request.
+// part is the rows of one send in one request (indexes into its rows).
 type part struct {
-	s        *pacedSend
-	from, to int
+	s   *pacedSend
+	idx []int
 }
 
 // take moves rows from the head of the queue into one request: up to max_batch rows and
-// MaxPushBytes of wire (one row at least). Called with pc.mu held.
+// MaxPushBytes of wire (one row at least), in queue order. A row whose item id is in the request
+// already (the same message for another host) waits for the next one: a request names an item
+// once, and each row keeps its own result. Called with pc.mu held.
 func (pc *Pacer) take() ([]part, []outbox.Row) {
 	maxBatch := max(1, min(pc.limits.MaxBatch, mbx.DefaultMaxBatch))
 	var parts []part
 	var rows []outbox.Row
+	ids := map[string]bool{}
 	size := 0
-	for len(pc.queue) > 0 && len(rows) < maxBatch {
-		s := pc.queue[0]
-		from := s.next
-		for s.next < len(s.rows) && len(rows) < maxBatch && (len(rows) == 0 || size+len(s.rows[s.next].Wire) <= MaxPushBytes) {
-			size += len(s.rows[s.next].Wire)
-			rows = append(rows, s.rows[s.next])
-			s.next++
+	full := false
+	for _, s := range pc.queue {
+		var p part
+		left := s.queued[:0:0]
+		for _, j := range s.queued {
+			r := s.rows[j]
+			switch {
+			case full || ids[r.ItemID]:
+				left = append(left, j)
+				continue
+			case len(rows) >= maxBatch || (len(rows) > 0 && size+len(r.Wire) > MaxPushBytes):
+				full = true
+				left = append(left, j)
+				continue
+			}
+			ids[r.ItemID] = true
+			size += len(r.Wire)
+			rows = append(rows, r)
+			p.idx = append(p.idx, j)
 		}
-		if s.next > from {
-			parts = append(parts, part{s: s, from: from, to: s.next})
+		s.queued = left
+		if len(p.idx) > 0 {
+			p.s = s
+			parts = append(parts, p)
 		}
-		if s.next < len(s.rows) {
-			break // the request is full
+		if full {
+			break
 		}
-		pc.queue = pc.queue[1:]
 	}
+	pc.queue = slices.DeleteFunc(pc.queue, func(s *pacedSend) bool { return len(s.queued) == 0 })
 	return parts, rows
 }
 
@@ -222,25 +244,25 @@ func (pc *Pacer) answer(parts []part, out []outbox.Outcome) {
 	var refusal *outbox.Outcome
 	i := 0
 	for _, p := range parts {
-		for j := p.from; j < p.to; j++ {
+		for _, j := range p.idx {
 			p.s.out[j] = out[i]
 			if _, ok := LinkRefusal(out[i]); ok && refusal == nil {
 				refusal = &out[i]
 			}
 			i++
 		}
-		p.s.finish(p.to - p.from)
+		p.s.finish(len(p.idx))
 	}
 	if refusal == nil {
 		return
 	}
 	pc.refused.Add(1)
 	for _, s := range pc.queue {
-		for j := s.next; j < len(s.rows); j++ {
+		for _, j := range s.queued {
 			s.out[j] = *refusal
 		}
-		s.finish(len(s.rows) - s.next)
-		s.next = len(s.rows)
+		s.finish(len(s.queued))
+		s.queued = nil
 	}
 	pc.queue = nil
 }
@@ -261,9 +283,11 @@ func (pc *Pacer) dropEnded() {
 			keep = append(keep, s)
 			continue
 		}
-		copy(s.out[s.next:], notSent(len(s.rows)-s.next, s.ctx.Err()))
-		s.finish(len(s.rows) - s.next)
-		s.next = len(s.rows)
+		for _, j := range s.queued {
+			s.out[j] = notSent(1, s.ctx.Err())[0]
+		}
+		s.finish(len(s.queued))
+		s.queued = nil
 	}
 	clear(pc.queue[len(keep):])
 	pc.queue = keep

@@ -302,3 +302,48 @@ func TestPacerSetLimitsResizes(t *testing.T) {
 		t.Fatalf("300 requests at 90/s took %v of fake time, want about 3.2 s", took)
 	}
 }
+
+// TestPacerNamesAnItemOnceARequest: the same message for two hosts (one item id, two rows) never
+// goes twice in one request: the second copy waits for the next, and each row gets its own
+// outcome.
+func TestPacerNamesAnItemOnceARequest(t *testing.T) {
+	pc, rec := newTestPacer(mbx.DefaultLimits())
+	rec.hold, rec.began = make(chan struct{}), make(chan struct{}, 10)
+	sameIDs := func(host string, n int) []outbox.Row {
+		rows := paceRows(host, n, 10)
+		for i := range rows {
+			rows[i].ItemID = fmt.Sprintf("msg-%d", i)
+		}
+		return rows
+	}
+	var wg sync.WaitGroup
+	results := make([][]outbox.Outcome, 3)
+	for i, rows := range [][]outbox.Row{paceRows("first", 1, 10), sameIDs("beta", 3), sameIDs("gamma", 2)} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			results[i] = pc.send(context.Background(), &Pusher{}, rows)
+		}()
+		if i == 0 {
+			<-rec.began // the first request is in flight; the others queue behind it
+		}
+	}
+	waitQueued(t, pc, 2)
+	close(rec.hold) // the first request answers, and the later ones go through
+	wg.Wait()
+	for i, ids := range rec.ids {
+		seen := map[string]bool{}
+		for _, id := range ids {
+			if seen[id] {
+				t.Fatalf("request %d names %s twice: %v", i, id, ids)
+			}
+			seen[id] = true
+		}
+	}
+	if fmt.Sprint(rec.sizes) != "[1 3 2]" {
+		t.Fatalf("requests of %v rows, want [1 3 2] (beta's three, then gamma's two)", rec.sizes)
+	}
+	if len(results[1]) != 3 || len(results[2]) != 2 || results[2][1].Kind != outbox.OutcomeRelayAccepted {
+		t.Fatalf("outcomes %v", results)
+	}
+}

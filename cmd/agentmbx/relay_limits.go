@@ -3,6 +3,7 @@ package main
 import (
 	"github.com/spf13/cobra"
 
+	"github.com/agentmbx/agentmbx/mbx"
 	"github.com/agentmbx/agentmbx/relayserver"
 )
 
@@ -11,6 +12,7 @@ import (
 type limitFlags struct {
 	bodyBudget, maxItems, maxBytes int64
 	perClient, enrolPerDay         int
+	pushesPerMinute                int
 }
 
 func (l *limitFlags) add(cmd *cobra.Command) {
@@ -25,6 +27,8 @@ func (l *limitFlags) add(cmd *cobra.Command) {
 		"wire bytes all queues may hold together (0: from the free disk space at start; -1: no limit)")
 	f.IntVar(&l.enrolPerDay, "new-enrolments-per-day", relayserver.DefaultNewEnrolmentsPerDay,
 		"new host keys one client address may enrol a day (-1: no limit)")
+	f.IntVar(&l.pushesPerMinute, "pushes-per-minute", mbx.PushesPerMinute,
+		"push requests one sender key may make a minute, announced in the info so that hosts pace under it (-1: no limit)")
 }
 
 // apply sets the flags' values in o.
@@ -32,5 +36,6 @@ func (l *limitFlags) apply(o relayserver.Options) relayserver.Options {
 	o.BodyBudget, o.MaxPerClient = l.bodyBudget, l.perClient
 	o.MaxRelayItems, o.MaxRelayBytes = l.maxItems, l.maxBytes
 	o.NewEnrolmentsPerDay = l.enrolPerDay
+	o.PushesPerMinute = l.pushesPerMinute
 	return o
 }
