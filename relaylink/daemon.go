@@ -33,7 +33,11 @@ func (l *Link) Run(ctx context.Context, tick, wait time.Duration) {
 	for ctx.Err() == nil {
 		c, err := l.Conn()
 		if err != nil {
-			if !errors.Is(err, ErrNoRelay) && !errors.Is(err, ErrRelayStopped) {
+			var held heldError
+			switch {
+			case errors.As(err, &held):
+				l.log.Info("relay held", logkey.Err, err)
+			case !errors.Is(err, ErrNoRelay) && !errors.Is(err, ErrRelayStopped):
 				l.log.Error("relay", logkey.Err, err)
 			}
 			select {

@@ -133,6 +133,12 @@ type Conn struct {
 	Client *relayclient.Client
 }
 
+// heldError is Config.Hold's answer as Conn returns it: a wait, not a failure.
+type heldError struct{ err error }
+
+func (e heldError) Error() string { return e.err.Error() }
+func (e heldError) Unwrap() error { return e.err }
+
 // Conn returns the connection to the pinned relay, or an error when none is pinned, relay use
 // is stopped or held (ErrNoRelay, ErrRelayStopped, Config.Hold's).
 func (l *Link) Conn() (*Conn, error) {
@@ -140,7 +146,7 @@ func (l *Link) Conn() (*Conn, error) {
 	defer l.mu.Unlock()
 	if l.hold != nil {
 		if err := l.hold(); err != nil {
-			return nil, err
+			return nil, heldError{err}
 		}
 	}
 	if l.conn != nil {
