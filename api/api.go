@@ -328,7 +328,20 @@ type RelayProblem struct {
 	Op    string `json:"op"`
 	Error string `json:"error"`
 	At    string `json:"at"`
+	// Kind is RelayRefused when the relay answered and refused (retrying the same will not
+	// help), else RelayTransient (unreachable, busy, a broken answer, a local failure: retried).
+	// Records written before kinds existed have none and read as transient.
+	Kind string `json:"kind,omitempty"`
 }
+
+// Kinds of RelayProblem.
+const (
+	RelayRefused   = "refused"
+	RelayTransient = "transient"
+)
+
+// Refused reports whether the relay refused the operation.
+func (p RelayProblem) Refused() bool { return p.Kind == RelayRefused }
 
 // QuarantineItem is one relay item this host rejected, kept with its wire bytes.
 type QuarantineItem struct {

@@ -156,7 +156,7 @@ func TestAllWell(t *testing.T) {
 		}
 	}
 	for _, id := range []string{"host", "home.modes", "daemon", "daemon.version", "daemon.lan", "agents", "peer.work", "relay", "relay.reach",
-		"relay.key", "relay.clock", "relay.enrol", "relay.enc-ad", "relay.senders", "outbox", "outbox.ended", "quarantine"} {
+		"relay.key", "relay.clock", "relay.enrol", "relay.account", "relay.enc-ad", "relay.senders", "outbox", "outbox.ended", "quarantine"} {
 		find(t, r, id)
 	}
 }
@@ -201,8 +201,27 @@ func TestEachCheckFails(t *testing.T) {
 		{"clock 2 minutes ahead", func(t *testing.T, w *world) { w.relay.skew = -2 * time.Minute }, "relay.clock", Warn, "NTP"},
 		{"enrolment refused", func(t *testing.T, w *world) {
 			w.host.relay.Enrolled = false
-			w.host.relay.Problems = []api.RelayProblem{{Op: "enrol", Error: "relay refuses this host key (revoked or denied)", At: "x"}}
+			w.host.relay.Problems = []api.RelayProblem{{Op: "enrol", Error: "relay refuses this host key (revoked or denied)", At: "x",
+				Kind: api.RelayRefused}}
 		}, "relay.enrol", Fail, "operator"},
+		{"enrolment refused, with a token", func(t *testing.T, w *world) {
+			w.host.relay.Enrolled = false
+			w.host.relay.Token = &api.RelayToken{Source: "/etc/mbx/token", Account: "acme", Exp: "2026-05-01T12:00:00.000Z"}
+			w.host.relay.Problems = []api.RelayProblem{{Op: "enrol", Error: "account token refused: token has invalid claims: token is expired", At: "x",
+				Kind: api.RelayRefused}}
+		}, "relay.enrol", Fail, "fresh account token into /etc/mbx/token"},
+		{"enrolment failed: relay down", func(t *testing.T, w *world) {
+			w.host.relay.Enrolled = false
+			w.host.relay.Problems = []api.RelayProblem{{Op: "enrol", Error: "relayclient: enrol: relay unreachable: connection refused", At: "x",
+				Kind: api.RelayTransient}}
+		}, "relay.enrol", Warn, "relay up and reachable"},
+		{"account token unusable", func(t *testing.T, w *world) {
+			w.host.relay.Token = &api.RelayToken{Source: "$MBX_RELAY_TOKEN", Error: "not a JWT"}
+		}, "relay.account", Fail, "valid account token into $MBX_RELAY_TOKEN"},
+		{"account token expired", func(t *testing.T, w *world) {
+			w.host.relay.Account = "acme"
+			w.host.relay.Token = &api.RelayToken{Source: "/etc/mbx/token", Account: "acme", Exp: "2026-05-01T12:00:00.000Z", Expired: true}
+		}, "relay.account", Warn, "fresh account token into /etc/mbx/token"},
 		{"not enrolled, no daemon", func(t *testing.T, w *world) { w.host.relay.Enrolled, w.env.Daemon = false, false }, "relay.enrol", Warn, "agentmbx daemon"},
 		{"new relay epoch", func(t *testing.T, w *world) { w.relay.epoch = "E2" }, "relay.enrol", Warn, ""},
 		{"enc-key ad not published", func(t *testing.T, w *world) { w.host.relay.EncAdAt = "" }, "relay.enc-ad", Warn, ""},
@@ -386,5 +405,18 @@ func TestOutputIsOneLinePerField(t *testing.T) {
 	r.WritePlain(&buf)
 	if strings.ContainsAny(buf.String(), "\x1b\x07\r") || strings.Count(buf.String(), "\n") != 4 {
 		t.Fatalf("output:\n%q", buf.String())
+	}
+}
+
+func TestRelayAccountAndToken(t *testing.T) {
+	w := newWorld(t)
+	if c := find(t, w.run(t), "relay.account"); c.Status != OK || !strings.Contains(c.Summary, "no account proven") {
+		t.Fatalf("no token: %+v", c)
+	}
+	w.host.relay.Account = "acme"
+	w.host.relay.Token = &api.RelayToken{Source: "/etc/mbx/token", Account: "acme", Exp: "2026-05-01T12:00:00.000Z"}
+	c := find(t, w.run(t), "relay.account")
+	if c.Status != OK || c.Summary != "account acme; account token from /etc/mbx/token, account acme, expires 2026-05-01T12:00:00.000Z" {
+		t.Fatalf("with a token: %+v", c)
 	}
 }

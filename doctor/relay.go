@@ -107,16 +107,26 @@ func checkRelayState(env Env, rs api.RelayStatus, served string, r *Report) {
 	if !env.Daemon {
 		daemonFix = "agentmbx daemon --home " + env.Home
 	}
-	refused := ""
+	var refused, failing string
 	for _, p := range rs.Problems {
-		if p.Op == "enrol" {
+		switch {
+		case p.Op != "enrol":
+		case p.Refused():
 			refused = p.Error
+		default:
+			failing = p.Error
 		}
 	}
 	switch {
+	case refused != "" && rs.Token != nil:
+		r.add(Check{ID: "relay.enrol", Status: Fail, Summary: "the relay refused the enrolment: " + refused,
+			Fix: "get a fresh account token into " + rs.Token.Source + " for this host's key, then restart the daemon"})
 	case refused != "":
 		r.add(Check{ID: "relay.enrol", Status: Fail, Summary: "the relay refused the enrolment: " + refused,
 			Fix: "ask the relay's operator to admit this host's key, then restart the daemon"})
+	case failing != "":
+		r.add(Check{ID: "relay.enrol", Status: Warn, Summary: "the last enrolment failed; the daemon retries it: " + failing,
+			Fix: "is the relay up and reachable? agentmbx relay info " + rs.URL})
 	case served != "" && rs.Epoch != "" && served != rs.Epoch:
 		r.add(Check{ID: "relay.enrol", Status: Warn, Summary: "the relay has a new epoch " + served + " (a restore or reset): re-enrolment due",
 			Detail: fmt.Sprintf("enrolled under epoch %s; the daemon enrols again, re-pushes what the relay held and pulls from 0", rs.Epoch),
@@ -128,6 +138,7 @@ func checkRelayState(env Env, rs api.RelayStatus, served string, r *Report) {
 		r.add(Check{ID: "relay.enrol", Status: Warn, Summary: "not enrolled yet under key " + rs.Fingerprint + ", epoch " + orDash(rs.Epoch),
 			Detail: "the daemon enrols within a minute of starting", Fix: daemonFix})
 	}
+	checkAccount(rs, r)
 	checkEncAd(env, rs, r, daemonFix)
 	switch {
 	case rs.SendersAt == "":
@@ -144,6 +155,31 @@ func checkRelayState(env Env, rs api.RelayStatus, served string, r *Report) {
 			continue
 		}
 		r.add(Check{ID: "relay." + p.Op, Status: Warn, Summary: "last " + p.Op + " failed: " + p.Error, Detail: "at " + p.At})
+	}
+}
+
+// checkAccount: the account the relay says the enrolment proved, and the account token this host
+// enrols with (where it comes from, its account and exp, whether it expired or is unusable;
+// never its value).
+func checkAccount(rs api.RelayStatus, r *Report) {
+	account := "no account proven (enrolled by the host-key challenge)"
+	if rs.Account != "" {
+		account = "account " + rs.Account
+	}
+	t := rs.Token
+	switch {
+	case t == nil:
+		r.add(Check{ID: "relay.account", Status: OK, Summary: account + "; no account token set"})
+	case t.Error != "":
+		r.add(Check{ID: "relay.account", Status: Fail, Summary: account + "; the account token in " + t.Source + " is unusable: " + t.Error,
+			Fix: "put a valid account token into " + t.Source})
+	case t.Expired:
+		r.add(Check{ID: "relay.account", Status: Warn, Summary: account + "; the account token in " + t.Source + " expired at " + t.Exp,
+			Detail: "enrolled hosts keep working; the next enrolment needs a fresh token",
+			Fix:    "get a fresh account token into " + t.Source})
+	default:
+		r.add(Check{ID: "relay.account", Status: OK, Summary: account + "; account token from " + t.Source +
+			", account " + orDash(t.Account) + ", expires " + orDash(t.Exp)})
 	}
 }
 

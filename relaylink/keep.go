@@ -150,6 +150,10 @@ func (k Keeper) Run(ctx context.Context, force bool) (ran Ran, err error) {
 		// pull that still fails records its problem again.
 		k.Problem(OpPull, nil)
 		p.Enrolled = &Enrolment{URL: k.Pin.URL, RelayKey: k.Pin.RelayKey, Epoch: info.Epoch, HostKey: k.HostKey, At: mbx.ISOTime(now)}
+		if again, err := k.Client.Info(ctx); err == nil && again.You != nil && again.Epoch == info.Epoch {
+			// The account the enrolment proved is named only in a signed info of the enrolled key.
+			p.Account = again.You.Account
+		}
 		k.Logger.Info("enrolled at the relay", logkey.Relay, k.Pin.URL, logkey.Epoch, info.Epoch)
 		if err := k.Save(p); err != nil {
 			return ran, err

@@ -94,7 +94,7 @@ type Link struct {
 
 	mu       sync.Mutex
 	conn     *Conn
-	problems map[string]string // op → the error last recorded (mirror of the record)
+	problems map[string]string // op → problemKey of the problem last recorded (mirror of the record)
 	epoch    string            // the epoch last recorded for conn (mirror of the record)
 	// pausedUntil: no push goes to the relay before then (its Retry-After, a rate refusal).
 	pausedUntil time.Time
@@ -171,7 +171,7 @@ func (l *Link) Conn() (*Conn, error) {
 	l.epoch = s.Epoch
 	l.problems = map[string]string{}
 	for op, p := range s.Problems {
-		l.problems[op] = p.Error
+		l.problems[op] = problemKey(p)
 	}
 	return l.conn, nil
 }
@@ -231,12 +231,13 @@ func (l *Link) keyChanged(c *Conn, kc *relayclient.KeyChangedError) {
 // problem records the outcome of op: err nil clears its problem. It writes only when the
 // recorded problem changes.
 func (l *Link) problem(c *Conn, op string, err error) {
-	msg := ""
+	var p api.RelayProblem
 	if err != nil {
-		msg = clip(err.Error(), 500)
+		p = api.RelayProblem{Op: op, Error: clip(err.Error(), 500), Kind: ProblemKind(err)}
 	}
+	msg, key := p.Error, problemKey(p)
 	l.mu.Lock()
-	same := l.conn == c && l.problems != nil && l.problems[op] == msg
+	same := l.conn == c && l.problems != nil && l.problems[op] == key
 	l.mu.Unlock()
 	if same {
 		return
@@ -250,7 +251,8 @@ func (l *Link) problem(c *Conn, op string, err error) {
 		if s.Problems == nil {
 			s.Problems = map[string]api.RelayProblem{}
 		}
-		s.Problems[op] = api.RelayProblem{Op: op, Error: msg, At: now}
+		p.At = now
+		s.Problems[op] = p
 		return nil
 	})
 	if werr != nil {
@@ -262,7 +264,7 @@ func (l *Link) problem(c *Conn, op string, err error) {
 		if msg == "" {
 			delete(l.problems, op)
 		} else {
-			l.problems[op] = msg
+			l.problems[op] = key
 		}
 	}
 	l.mu.Unlock()

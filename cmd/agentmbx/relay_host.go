@@ -179,7 +179,7 @@ func printRelayStatus(w io.Writer, st api.RelayStatus) error {
 		fp += " (trusted on first use)"
 	}
 	line("key", fp)
-	switch enrolErr := enrolRefusal(st); {
+	switch enrolErr, failing := enrolRefusal(st), enrolFailing(st); {
 	case st.Stopped && st.KeyChange != nil:
 		line("state", fmt.Sprintf("STOPPED: the relay served key %s, not the pinned %s (at %s)", st.KeyChange.Served, st.KeyChange.Pinned, st.KeyChange.At))
 		line("fix", "if the relay really has a new key, confirm it: agentmbx relay set "+st.URL+" --key "+st.KeyChange.Served)
@@ -189,6 +189,9 @@ func printRelayStatus(w io.Writer, st api.RelayStatus) error {
 	case enrolErr != "":
 		line("state", "STOPPED: the relay refused the enrolment: "+enrolErr)
 		line("fix", "ask the relay's operator to admit this host's key, then restart the daemon (agentmbx daemon)")
+	case failing != "":
+		line("state", "waiting: the last enrolment failed and is retried: "+failing)
+		line("fix", "is the relay up and reachable? agentmbx relay info "+st.URL)
 	default:
 		line("state", "in use")
 	}
@@ -231,10 +234,21 @@ func printRelayStatus(w io.Writer, st api.RelayStatus) error {
 	return nil
 }
 
-// enrolRefusal is the relay's refusal of the last enrolment ("" when it was not refused).
+// enrolRefusal is the relay's refusal of the last enrolment ("" when it was not refused: it
+// succeeded, or failed in a way a retry may mend, such as the relay being down).
 func enrolRefusal(st api.RelayStatus) string {
 	for _, p := range st.Problems {
-		if p.Op == "enrol" {
+		if p.Op == "enrol" && p.Refused() {
+			return p.Error
+		}
+	}
+	return ""
+}
+
+// enrolFailing is the last enrolment's failure when a retry may mend it ("" when there is none).
+func enrolFailing(st api.RelayStatus) string {
+	for _, p := range st.Problems {
+		if p.Op == "enrol" && !p.Refused() {
 			return p.Error
 		}
 	}
