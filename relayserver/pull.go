@@ -138,7 +138,7 @@ func (s *Server) pullWait(ctx context.Context, key string, after int64, limit in
 		if wait > 0 {
 			w = s.polls.park(key)
 		}
-		page, err := s.store.Pull(ctx, key, after, limit, s.lim.MaxPullBytes)
+		page, err := pullPage(ctx, s.store, key, after, limit, s.lim.MaxPullBytes)
 		if err != nil || len(page.Items) > 0 || w == nil {
 			s.polls.leave(w)
 			return page, err

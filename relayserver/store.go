@@ -181,3 +181,18 @@ type Expiry interface {
 	// is no longer queued, and returns how many went.
 	PruneDedup(acceptedBefore time.Time, limit int) (int64, error)
 }
+
+// WirePuller is implemented by a Store that can read a page with only what a pull answer carries:
+// PullWires is Pull with Item.WireHash, AcceptedAt and ExpiresAt left zero (and Target set).
+// The pull handlers take it when the store has it.
+type WirePuller interface {
+	PullWires(ctx context.Context, target string, after int64, limit int, maxBytes int64) (Page, error)
+}
+
+// pullPage reads a page for a pull answer, through PullWires when st has it.
+func pullPage(ctx context.Context, st Store, target string, after int64, limit int, maxBytes int64) (Page, error) {
+	if wp, ok := st.(WirePuller); ok {
+		return wp.PullWires(ctx, target, after, limit, maxBytes)
+	}
+	return st.Pull(ctx, target, after, limit, maxBytes)
+}

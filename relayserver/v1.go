@@ -287,7 +287,7 @@ func (s *Server) handleV1Pull(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, fmt.Errorf("%w: after must be a non-negative integer", ErrBadRequest))
 		return
 	}
-	p, err := s.store.Pull(r.Context(), caller.HostPubkey, after, s.lim.MaxPull, s.lim.MaxPullBytes)
+	p, err := pullPage(r.Context(), s.store, caller.HostPubkey, after, s.lim.MaxPull, s.lim.MaxPullBytes)
 	if err != nil {
 		s.writeError(w, r, fmt.Errorf("v1 pull: %w", err))
 		return
