@@ -1,7 +1,8 @@
 package main
 
 // The spec's T168 list with real processes: a relay process and host daemons with no LAN route
-// between them. A name squatter (another host key enrolled under the same name) never receives
+// between them. After a relay SIGKILL and restart the enrolments hold (none is redone); a name
+// squatter (another host key enrolled under the same name) never receives
 // the host's mail; after a restore (new epoch) every host enrols again and mail flows with
 // nothing lost or doubled; a relay that comes back with another key stops relay use until the
 // owner confirms it with `relay set --key`.
@@ -65,6 +66,23 @@ func TestE2ERelayEnrolmentRecovery(t *testing.T) {
 	id1 := a.send("alice", "bob@beta", "one", "before the backup")
 	b.waitMail("bob", id1)
 	a.waitSent(id1, "delivered", "bob@beta")
+	// The relay is killed (SIGKILL) and restarts on its store: the enrolments survived, so no host
+	// enrols again (the enrolment cache keeps its time) and mail flows.
+	enrolledAt := map[*node]string{}
+	for _, n := range all {
+		enrolledAt[n] = n.relayStatus().EnrolledAt
+	}
+	relay.p.Cmd.Process.Kill()
+	<-relay.p.Done()
+	relay = startRelayProc(t, store, relay.addr)
+	id0 := a.send("alice", "bob@beta", "zero", "after a relay SIGKILL")
+	b.waitMail("bob", id0)
+	a.waitSent(id0, "delivered", "bob@beta")
+	for _, n := range all {
+		if st := n.relayStatus(); !st.Enrolled || st.EnrolledAt != enrolledAt[n] {
+			t.Fatalf("%s after the relay restart: %+v, want the enrolment of %s kept", n.name, st, enrolledAt[n])
+		}
+	}
 	backup := filepath.Join(dir, "relay.backup")
 	if _, _, err := runRelay(t, "backup", backup, "--store-dir", store); err != nil {
 		t.Fatalf("relay backup: %v", err)
@@ -86,7 +104,7 @@ func TestE2ERelayEnrolmentRecovery(t *testing.T) {
 	a.waitSent(id3, "delivered", "bob@beta")
 	rep := b.send("bob", "alice@alpha", "re: three", "back through the restored relay")
 	a.waitMail("alice", rep)
-	for _, id := range []string{id1, id2, id3} {
+	for _, id := range []string{id0, id1, id2, id3} {
 		if n := b.copies("bob", id); n != 1 {
 			t.Fatalf("bob holds %d copies of %s", n, id)
 		}
