@@ -30,6 +30,9 @@ type pusherJob struct {
 	Targets []string `json:"targets"`
 	Pushes  int      `json:"pushes"` // per sender
 	Batch   int      `json:"batch"`
+	// Pulls, when not 0, makes the child pull that many 500-item pages from the front of the
+	// queue of the first sender's key instead of pushing.
+	Pulls int `json:"pulls"`
 }
 
 // pusherReport is what the child measured of its own load.
@@ -51,6 +54,18 @@ func TestBenchPusherProcess(t *testing.T) {
 	}
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: len(job.Seeds)}}
 	cpu0, start := cpuTime(), time.Now()
+	if job.Pulls > 0 {
+		key, err := mbx.SigningKeyFromSeed(job.Seeds[0])
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := pullAll(client, job, key, job.Names[0]); err != nil {
+			t.Fatal(err)
+		}
+		out, _ := json.Marshal(pusherReport{Items: int64(job.Pulls) * 500, Elapsed: time.Since(start), CPU: cpuTime() - cpu0})
+		fmt.Printf("PUSHER-REPORT %s\n", out)
+		return
+	}
 	var wg sync.WaitGroup
 	errs := make([]error, len(job.Seeds))
 	for s, seed := range job.Seeds {
@@ -101,6 +116,66 @@ func pushAll(client *http.Client, job pusherJob, key mbx.SigningKey, name string
 	return nil
 }
 
+// pullAll pulls job.Pulls pages of 500 items from the front of the queue as one host.
+func pullAll(client *http.Client, job pusherJob, key mbx.SigningKey, name string) error {
+	const path = "/v2/relay/items?after=0&limit=500"
+	for range job.Pulls {
+		req, _ := http.NewRequest("GET", job.URL+path, nil)
+		for k, v := range mbx.SignRelayHop(key, name, "GET", path, nil, time.Now(), true) {
+			req.Header[k] = v
+		}
+		resp, err := client.Do(req)
+		if err != nil {
+			return err
+		}
+		n, _ := io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 || n < 500*100 {
+			return fmt.Errorf("pull: %d, %d bytes", resp.StatusCode, n)
+		}
+	}
+	return nil
+}
+
+// BenchmarkPullSplit pulls 500-item pages from a queue 1,000 deep with the puller in a child
+// process, as BenchmarkPushSplit does: relay-cpu-µs/item is the relay's CPU per item pulled.
+// b.N counts pages.
+func BenchmarkPullSplit(b *testing.B) {
+	r := benchRelay(b, sqlitestore.Options{})
+	a, t1 := newHost(b, "alpha", 1), newHost(b, "beta", 2)
+	r.enrol(a)
+	r.enrol(t1)
+	fill(b, r.store, a.pub(), []string{t1.pub()}, 1_000)
+	job := pusherJob{URL: r.ts.URL, Seeds: []string{t1.key.Seed()}, Names: []string{t1.name}, Pulls: b.N}
+	relayCPU, rep := runChild(b, job)
+	items := float64(rep.Items)
+	b.ReportMetric(float64(relayCPU.Nanoseconds())/1e3/items, "relay-cpu-µs/item")
+	b.ReportMetric(float64(rep.CPU.Nanoseconds())/1e3/items, "puller-cpu-µs/item")
+}
+
+// runChild runs the pusher process on job and returns this process's CPU meanwhile and the
+// child's report.
+func runChild(b *testing.B, job pusherJob) (time.Duration, pusherReport) {
+	raw, err := json.Marshal(job)
+	if err != nil {
+		b.Fatal(err)
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^TestBenchPusherProcess$", "-test.count=1", "-test.v")
+	cmd.Env = append(os.Environ(), pusherEnv+"="+string(raw))
+	cpu0 := cpuTime()
+	b.ResetTimer()
+	out, err := cmd.CombinedOutput()
+	relayCPU := cpuTime() - cpu0
+	b.StopTimer()
+	var rep pusherReport
+	_, line, _ := bytes.Cut(out, []byte("PUSHER-REPORT "))
+	line, _, _ = bytes.Cut(line, []byte("\n"))
+	if err != nil || json.Unmarshal(line, &rep) != nil || rep.Items == 0 {
+		b.Fatalf("pusher process: %v\n%s", err, out)
+	}
+	return relayCPU, rep
+}
+
 // BenchmarkPushSplit is the push load of BenchmarkPush (64 senders, 1 item a push) and of
 // BenchmarkPushBatch200 (4 senders here, 200 items a push) with the pushers in a child process:
 // relay-cpu-µs/item is this process (the relay, and a test harness that idles meanwhile),
@@ -124,23 +199,8 @@ func benchSplit(b *testing.B, senders, batch int) {
 		r.enrol(h)
 		job.Targets = append(job.Targets, h.pub())
 	}
-	raw, err := json.Marshal(job)
-	if err != nil {
-		b.Fatal(err)
-	}
-	cmd := exec.Command(os.Args[0], "-test.run=^TestBenchPusherProcess$", "-test.count=1", "-test.v")
-	cmd.Env = append(os.Environ(), pusherEnv+"="+string(raw))
-	st0, cpu0 := r.store.Stats(), cpuTime()
-	b.ResetTimer()
-	out, err := cmd.CombinedOutput()
-	relayCPU := cpuTime() - cpu0
-	b.StopTimer()
-	var rep pusherReport
-	_, line, _ := bytes.Cut(out, []byte("PUSHER-REPORT "))
-	line, _, _ = bytes.Cut(line, []byte("\n"))
-	if err != nil || json.Unmarshal(line, &rep) != nil || rep.Items == 0 {
-		b.Fatalf("pusher process: %v\n%s", err, out)
-	}
+	st0 := r.store.Stats()
+	relayCPU, rep := runChild(b, job)
 	st := r.store.Stats()
 	items := float64(rep.Items)
 	b.ReportMetric(items/rep.Elapsed.Seconds(), "items/s")
