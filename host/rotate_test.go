@@ -378,7 +378,11 @@ func TestRevokedTargetWaitsForItsDeadline(t *testing.T) {
 			t.Fatalf("last error %q, want the revocation", row.LastError)
 		}
 		tries = row.Attempts
-		b.clock.Set(row.NextAt)
+		next := b.clock.Now().Add(10 * time.Hour) // a few tries: each push waits for the pacer
+		if row.NextAt.After(next) {
+			next = row.NextAt
+		}
+		b.clock.Set(next)
 	}
 	if tries < 5 {
 		t.Fatalf("only %d tries before the deadline", tries)
