@@ -19,7 +19,8 @@ import (
 // schedule (github.com/cenkalti/backoff/v4: lanProbeFirst doubling to lanProbeMax, ±20%, ended
 // by the daemon's context). When the pinned peer answers there, the rows waiting for it become
 // due at once (flush.go) and the probe ends; it ends too when a delivery to the peer got through
-// meanwhile, or when the peer is removed or has no address. One probe per peer at a time.
+// meanwhile, or when the peer is removed or has no address. One probe per peer at a time. A
+// daemon that starts probes every peer whose rows wait after a LAN attempt (probeWaiting).
 const lanProbeTimeout = 10 * time.Second
 
 // The probe schedule (variables for tests).
@@ -47,6 +48,22 @@ func (h *Host) stopProbes() {
 	h.probes.ctx = nil
 	h.probes.mu.Unlock()
 	h.probes.wg.Wait()
+}
+
+// probeWaiting starts a probe for each peer with rows that wait in backoff after a LAN attempt:
+// after a start nothing is known of the peers' addresses, and those rows may wait an hour.
+func (h *Host) probeWaiting(ctx context.Context) {
+	rows, err := h.ob.List(ctx, outbox.Filter{Active: true})
+	if err != nil {
+		h.log.Warn("LAN probes at start: reading the outbox", logkey.Err, err)
+		return
+	}
+	now := h.clock()
+	for _, r := range rows {
+		if r.State == outbox.StatePending && r.Transport == outbox.TransportLAN && r.NextAt.After(now) {
+			h.lanSilent(r.Host)
+		}
+	}
 }
 
 // lanSilent starts a probe of host's LAN address unless one runs (or no daemon runs).

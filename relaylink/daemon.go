@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/cenkalti/backoff/v4"
 	"go.etcd.io/bbolt"
 
 	"github.com/agentmbx/agentmbx/inbox"
@@ -76,10 +77,21 @@ func (l *Link) Run(ctx context.Context, tick, wait time.Duration) {
 	}
 }
 
+// keepBackoff is the schedule of Keep runs after failures (github.com/cenkalti/backoff/v4): 5 s
+// doubling up to keepEvery, each ±20%, never giving up, ended by ctx.
+func keepBackoff(ctx context.Context) backoff.BackOff {
+	return backoff.WithContext(backoff.NewExponentialBackOff(
+		backoff.WithInitialInterval(5*time.Second),
+		backoff.WithMaxInterval(keepEvery),
+		backoff.WithMultiplier(2),
+		backoff.WithRandomizationFactor(0.2),
+		backoff.WithMaxElapsedTime(0)), ctx)
+}
+
 // keepLoop runs Keep at start, every keepEvery and when asked, backing off after failures. It
 // closes kept when the first run is over (whatever its outcome).
 func (l *Link) keepLoop(ctx context.Context, kept chan<- struct{}) {
-	backoff := time.Duration(0)
+	bo := keepBackoff(ctx)
 	for {
 		wait := keepEvery
 		err := l.Keep(ctx, false)
@@ -88,8 +100,9 @@ func (l *Link) keepLoop(ctx context.Context, kept chan<- struct{}) {
 			kept = nil
 		}
 		if err != nil && ctx.Err() == nil {
-			backoff = min(max(2*backoff, 5*time.Second), keepEvery)
-			wait = backoff
+			if wait = bo.NextBackOff(); wait == backoff.Stop {
+				return
+			}
 			l.log.Warn("relay enrolment or publication failed", logkey.RetryIn, wait, logkey.Err, err)
 			// The failure itself may have asked for a run (a refused hop): the backoff comes
 			// first, and the next run picks up whatever else changed meanwhile.
@@ -98,7 +111,7 @@ func (l *Link) keepLoop(ctx context.Context, kept chan<- struct{}) {
 			default:
 			}
 		} else {
-			backoff = 0
+			bo.Reset()
 		}
 		select {
 		case <-ctx.Done():

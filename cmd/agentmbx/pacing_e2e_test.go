@@ -6,6 +6,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -18,8 +19,12 @@ import (
 	"testing"
 	"time"
 
+	"go.etcd.io/bbolt"
+
 	"github.com/agentmbx/agentmbx/api"
 	"github.com/agentmbx/agentmbx/client"
+	"github.com/agentmbx/agentmbx/host"
+	"github.com/agentmbx/agentmbx/outbox"
 	"github.com/agentmbx/agentmbx/relayserver"
 )
 
@@ -235,4 +240,141 @@ func tail(s string, n int) string {
 		return s
 	}
 	return s[len(s)-n:]
+}
+
+// pushIntoLongBackoff records failed attempts on every pending row of the stopped host in home,
+// through the outbox's own MarkAttemptFailed, until each has made at least attempts: what an
+// outage of hours leaves behind (the backoff doubles from 5 s to its cap of an hour), without the
+// hours. The attempts go over the transport via names for the row's host.
+func pushIntoLongBackoff(t *testing.T, home string, attempts int, via func(host string) outbox.Transport) {
+	t.Helper()
+	db, err := bbolt.Open(filepath.Join(home, host.StateFile), 0o600, &bbolt.Options{Timeout: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	ob, err := outbox.Open(db, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	rows, err := ob.List(ctx, outbox.Filter{Active: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range rows {
+		if r.State != outbox.StatePending {
+			continue
+		}
+		tr := via(r.Host)
+		for n := r.Attempts; n < attempts; n++ {
+			if _, err := ob.MarkAttemptFailed(ctx, r.Key(), tr, errors.New("the outage went on (recorded by the test)")); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+}
+
+// TestE2ERecoveryAfterLongOutage: the relay and a LAN peer are down while alpha sends to a
+// relay-only peer (beta) and to the LAN peer (gamma); the outage goes on until every row waits
+// in a backoff of over half an hour (10 failed attempts: 5 s·2^9 = 43 min ±20%). When the relay
+// and gamma come back, every waiting row is delivered well before its own next_at: the relay's
+// rows when a pull succeeds, gamma's when a probe of its LAN address finds it (flush on recovery).
+// The time from their return to the last delivery is logged, not asserted. Cost: about 30 s.
+func TestE2ERecoveryAfterLongOutage(t *testing.T) {
+	if testing.Short() {
+		t.Skip("end-to-end test")
+	}
+	const each = 10
+	dir := e2eDir(t)
+	relay := startRelayProc(t, filepath.Join(dir, "relay"), "127.0.0.1:0")
+	url := "http://" + relay.addr
+	a, b, g := newNode(t, dir, "alpha"), newNode(t, dir, "beta"), newNode(t, dir, "gamma")
+	a.must("agents", "add", "alice")
+	b.must("agents", "add", "bob")
+	g.must("agents", "add", "carol")
+	a.start()
+	g.start()
+	pinCards(t, a, g)
+	pinWithoutLAN(t, a, b)
+	for _, n := range []*node{a, b, g} {
+		n.must("relay", "set", url)
+	}
+	b.start()
+	for _, n := range []*node{a, b} {
+		n.waitFor("enrolment at the relay", func() (bool, string) {
+			st := n.relayStatus()
+			return st.Enrolled && st.EncAdExp != "" && st.Daemon, fmt.Sprintf("%+v", st)
+		})
+	}
+
+	relay.stop()
+	g.stop()
+	var ids []string
+	for i := range each {
+		ids = append(ids, a.send("alice", "bob@beta", fmt.Sprintf("relay %d", i), "waits for the relay"))
+		ids = append(ids, a.send("alice", "carol@gamma", fmt.Sprintf("lan %d", i), "waits for gamma"))
+	}
+	a.waitFor("a failed attempt on every row", func() (bool, string) {
+		_, _, env := outboxSettled(a)
+		for _, r := range env {
+			if r.Attempts == 0 {
+				return false, fmt.Sprintf("%+v", r)
+			}
+		}
+		return len(env) == 2*each, fmt.Sprintf("%d rows", len(env))
+	})
+	a.stop()
+	// beta's rows wait for the relay, gamma's for its LAN address (never the relay: only a probe
+	// of gamma's address can notice its return).
+	pushIntoLongBackoff(t, a.home, 10, func(host string) outbox.Transport {
+		if host == "beta" {
+			return outbox.TransportRelay
+		}
+		return outbox.TransportLAN
+	})
+	a.start()
+	_, _, env := outboxSettled(a)
+	soonest := time.Time{}
+	for _, r := range env {
+		at, err := time.Parse(time.RFC3339Nano, r.NextAt)
+		if err != nil || r.State != "pending" {
+			t.Fatalf("row %+v: want pending with a next_at (%v)", r, err)
+		}
+		if soonest.IsZero() || at.Before(soonest) {
+			soonest = at
+		}
+	}
+	if wait := time.Until(soonest); wait < 25*time.Minute {
+		t.Fatalf("the soonest row is due in %v; want every row in a backoff of over half an hour", wait)
+	}
+
+	back := time.Now()
+	relay = startRelayProc(t, relay.dir, relay.addr)
+	g.start()
+	// Generous, and still far from the rows' own next_at (over 25 minutes away).
+	deadline := time.Now().Add(5 * time.Minute)
+	for {
+		ok, n, env := outboxSettled(a)
+		if ok && n == 2*each {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("not delivered 5 minutes after the relay and gamma came back: %+v\nalpha log:\n%s", env, tail(a.d.Log.String(), 4000))
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	t.Logf("recovery: all %d waiting rows delivered and receipted %v after the relay and gamma came back (their own backoff had them due in %v or later)",
+		2*each, time.Since(back).Round(time.Millisecond), soonest.Sub(back).Round(time.Second))
+	for _, id := range ids {
+		if rows := a.outboxRows(id); len(rows) != 1 || rows[0].State != "done" {
+			t.Fatalf("message %s: %+v", id, rows)
+		}
+	}
+	if got := len(b.inbox("bob")); got != each {
+		t.Fatalf("bob has %d messages, want %d", got, each)
+	}
+	if got := len(g.inbox("carol")); got != each {
+		t.Fatalf("carol has %d messages, want %d", got, each)
+	}
 }
