@@ -19,6 +19,7 @@ import (
 	"github.com/agentmbx/agentmbx/outbox"
 	"github.com/agentmbx/agentmbx/pairing"
 	"github.com/agentmbx/agentmbx/quarantine"
+	"github.com/agentmbx/agentmbx/relayclient"
 	"github.com/agentmbx/agentmbx/relaylink"
 )
 
@@ -41,6 +42,13 @@ type Options struct {
 	// NoSync turns off fsync (bbolt NoSync). For benchmarks and tests that measure nothing but
 	// logic; never in production.
 	NoSync bool
+	// RelayClient is the template of the relay client's options (relaylink.Config.Client): the
+	// deterministic simulation (package sim) routes the requests through its simulated network
+	// and makes the retries wait nothing. The zero value is right for production.
+	RelayClient relayclient.Options
+	// Serial runs an outbox pass's sends one after the other on the caller's goroutine instead of
+	// one goroutine per peer and transport (package sim: a single-threaded, replayable schedule).
+	Serial bool
 }
 
 // Host is one agentmbx host: its identity, its store and everything that acts on them. It
@@ -62,6 +70,7 @@ type Host struct {
 	ulids  *mbx.ULIDs
 	log    *slog.Logger
 	client *http.Client
+	serial bool // Options.Serial
 
 	lanSrv  *lan.Server                        // the LAN server (lan.go)
 	senders map[outbox.Transport]outbox.Sender // the LAN transport (the relay's is made per pass)
@@ -150,7 +159,8 @@ func Open(dir string, opts *Options) (*Host, error) {
 	h := &Host{
 		dir: dir, key: hk, enc: ek, retired: retired, db: db,
 		clock: o.Clock, rand: o.Rand, ulids: mbx.NewULIDs(o.Rand), log: o.Logger, client: o.HTTPClient,
-		kick: make(chan struct{}, 1), inflight: map[string]bool{},
+		serial: o.Serial,
+		kick:   make(chan struct{}, 1), inflight: map[string]bool{},
 		linkUp: map[string]bool{}, lanDown: map[string]time.Time{},
 	}
 	h.mail.init()
@@ -190,7 +200,7 @@ func Open(dir string, opts *Options) (*Host, error) {
 	}
 	h.relay = relaylink.New(relaylink.Config{DB: db, Outbox: h.ob, Quarantine: h.quar, Positions: h.rpos,
 		Name: h.name, Key: h.key, EncPub: h.enc.PublicKey(), Clock: o.Clock, Logger: o.Logger, Host: relayHost{h},
-		Hold: h.relayHold})
+		Hold: h.relayHold, Client: o.RelayClient})
 	h.newLAN()
 	h.pair = h.newPairing()
 	return h, nil

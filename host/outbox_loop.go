@@ -126,7 +126,7 @@ func (h *Host) dispatch(ctx context.Context, wg *sync.WaitGroup) (int, error) {
 		started += len(grp)
 		wg.Add(1)
 		h.sends.Add(1)
-		go func() {
+		h.spawn(func() {
 			defer h.sends.Done()
 			defer wg.Done()
 			defer func() {
@@ -139,7 +139,7 @@ func (h *Host) dispatch(ctx context.Context, wg *sync.WaitGroup) (int, error) {
 			}
 			// Otherwise the rows stay due unrecorded (the store failed, or shutdown): the next
 			// tick retries them, not an immediate pass.
-		}()
+		})
 	}
 	return started, nil
 }
@@ -193,7 +193,7 @@ func (h *Host) sendHost(ctx context.Context, peer PeerRecord, rows []outbox.Row)
 			continue
 		}
 		wg.Add(1)
-		go func() {
+		h.spawn(func() {
 			defer wg.Done()
 			sctx, cancel := context.WithTimeout(ctx, lanAttemptTimeout)
 			out := part.tr.Send(sctx, outboxPeer(peer), part.rows)
@@ -218,7 +218,7 @@ func (h *Host) sendHost(ctx context.Context, peer PeerRecord, rows []outbox.Row)
 			if len(rows) > 0 && !h.record(ctx, peer.Host, rows, out, part.tr.Kind()) {
 				failed.Store(true)
 			}
-		}()
+		})
 	}
 	wg.Wait()
 	return !failed.Load()
@@ -235,6 +235,16 @@ func sentOnly(rows []outbox.Row, out []outbox.Outcome) ([]outbox.Row, []outbox.O
 		keepRows, keepOut = append(keepRows, rows[i]), append(keepOut, o)
 	}
 	return keepRows, keepOut
+}
+
+// spawn runs fn on a goroutine of its own, or at once on this one when the host is serial
+// (Options.Serial).
+func (h *Host) spawn(fn func()) {
+	if h.serial {
+		fn()
+		return
+	}
+	go fn()
 }
 
 // record stores the outcomes of one host's attempt in one transaction, and reports whether it

@@ -64,6 +64,9 @@ type Options struct {
 	// RetryMax is how many times an idempotent request is retried inside one call (retry.go):
 	// DefaultRetryMax when 0, none when negative.
 	RetryMax int
+	// RetryWait, when set, is the wait before retry n (1, 2, …) instead of the jittered
+	// exponential one (the deterministic simulation, package sim, waits nothing).
+	RetryWait func(n int) time.Duration
 	// CA is a PEM bundle of CA certificates trusted for the relay's TLS certificate besides the
 	// system roots (`relay set --ca`, a private CA). Ignored when HTTPClient is set. New and
 	// Discover refuse a bundle without a certificate (ErrInvalid).
@@ -77,6 +80,7 @@ type settings struct {
 	ua       string
 	log      *slog.Logger
 	retryMax int
+	wait     func(n int) time.Duration
 }
 
 func newSettings(opts *Options) (settings, error) {
@@ -86,6 +90,7 @@ func newSettings(opts *Options) (settings, error) {
 			s.retryMax = max(opts.RetryMax, 0)
 		}
 		s.hc = opts.HTTPClient
+		s.wait = opts.RetryWait
 		if opts.Timeout > 0 {
 			s.timeout = opts.Timeout
 		}
@@ -255,7 +260,7 @@ func send(ctx context.Context, s *settings, base string, r request, sign func(me
 		retries = s.retryMax
 	}
 	deadline, _ := ctx.Deadline()
-	pol := &retryPolicy{deadline: deadline, now: time.Now}
+	pol := &retryPolicy{deadline: deadline, now: time.Now, waitFn: s.wait}
 	resp, err := retryClient(s.hc, retries, pol, hop).Do(req)
 	if pol.attempt > 1 {
 		s.log.Debug("relay request retried", logkey.Op, r.op, logkey.Attempts, pol.attempt)

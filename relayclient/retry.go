@@ -33,8 +33,9 @@ const (
 type retryPolicy struct {
 	deadline time.Time // the request's deadline (zero: none)
 	now      func() time.Time
-	attempt  int           // attempts made so far
-	wait     time.Duration // the wait before the next attempt, decided by check
+	attempt  int                       // attempts made so far
+	wait     time.Duration             // the wait before the next attempt, decided by check
+	waitFn   func(n int) time.Duration // Options.RetryWait (nil: jittered)
 }
 
 // check is the retryablehttp.CheckRetry: retry a transport failure or a 500, 502, 503 or 504,
@@ -62,7 +63,11 @@ func (p *retryPolicy) check(ctx context.Context, resp *http.Response, err error)
 			after = ra
 		}
 	}
-	p.wait = max(after, jittered(p.attempt))
+	if p.waitFn != nil {
+		p.wait = p.waitFn(p.attempt)
+	} else {
+		p.wait = max(after, jittered(p.attempt))
+	}
 	if !p.deadline.IsZero() && p.now().Add(p.wait).After(p.deadline) {
 		return false, nil
 	}

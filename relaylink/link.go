@@ -76,6 +76,9 @@ type Config struct {
 	// Hold, when set, is asked before each use of the relay: an error holds the relay (Conn
 	// returns it), as the host's key rotation does until its relay steps are done.
 	Hold func() error
+	// Client is the template of the relay client's options (HTTPClient, RetryMax, RetryWait);
+	// Clock, Logger and CA are the link's. The zero value is right for production.
+	Client relayclient.Options
 }
 
 // Link is a host's use of its pinned relay. All methods are safe for concurrent use.
@@ -91,6 +94,7 @@ type Link struct {
 	log   *slog.Logger
 	host  Host
 	hold  func() error
+	copts relayclient.Options
 
 	mu       sync.Mutex
 	conn     *Conn
@@ -112,8 +116,16 @@ type Link struct {
 // New returns the Link of a host.
 func New(c Config) *Link {
 	return &Link{db: c.DB, ob: c.Outbox, quar: c.Quarantine, rpos: c.Positions, name: c.Name, key: c.Key,
-		enc: c.EncPub, clock: c.Clock, log: c.Logger, host: c.Host, hold: c.Hold,
+		enc: c.EncPub, clock: c.Clock, log: c.Logger, host: c.Host, hold: c.Hold, copts: c.Client,
 		changed: make(chan struct{}, 1), keep: make(chan struct{}, 1)}
+}
+
+// clientOptions are the relay client's options: the template with the link's clock and logger
+// and the CA bundle ca.
+func (l *Link) clientOptions(ca string) *relayclient.Options {
+	o := l.copts
+	o.Clock, o.Logger, o.CA = l.clock, l.log, []byte(ca)
+	return &o
 }
 
 func poke(ch chan struct{}) {
@@ -162,7 +174,7 @@ func (l *Link) Conn() (*Conn, error) {
 	if s.KeyChange != nil {
 		return nil, ErrRelayStopped
 	}
-	c, err := relayclient.New(s.Pin(), l.name, l.key, &relayclient.Options{Clock: l.clock, Logger: l.log, CA: []byte(s.CA)})
+	c, err := relayclient.New(s.Pin(), l.name, l.key, l.clientOptions(s.CA))
 	if err != nil {
 		return nil, err
 	}

@@ -45,7 +45,7 @@ func (l *Link) RelaySet(ctx context.Context, req api.RelaySetRequest) (api.Relay
 	if err := checkTokenFile(req.TokenFile); err != nil {
 		return api.RelayStatus{}, fmt.Errorf("host: relay set: %w: %v", ErrInvalid, err)
 	}
-	info, err := relayclient.Discover(ctx, url, &relayclient.Options{Clock: l.clock, Logger: l.log, CA: []byte(req.CA)})
+	info, err := relayclient.Discover(ctx, url, l.clientOptions(req.CA))
 	if err != nil {
 		return api.RelayStatus{}, fmt.Errorf("host: relay set %s: %w: %w", url, ErrRelayUnreachable, err)
 	}

@@ -1,0 +1,28 @@
+package relaylink
+
+import (
+	"context"
+
+	"github.com/agentmbx/agentmbx/inbox"
+)
+
+// Steps of the daemon's relay loops, for a caller that drives them one at a time (the
+// deterministic simulation, package sim, through host's Step functions).
+
+// PullStep pulls one page from the pinned relay, processes it and acks it (inbox.Receiver.Step,
+// without a long poll).
+func (l *Link) PullStep(ctx context.Context) (inbox.StepResult, error) {
+	c, err := l.Conn()
+	if err != nil {
+		return inbox.StepResult{}, err
+	}
+	r, err := l.Receiver(c, inbox.ReceiverOptions{})
+	if err != nil {
+		return inbox.StepResult{}, err
+	}
+	return r.Step(ctx)
+}
+
+// ReleaseHeld reprocesses the quarantined items whose sender is paired now, as the daemon's relay
+// loop does when it starts.
+func (l *Link) ReleaseHeld() { l.releaseAtStart() }
