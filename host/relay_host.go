@@ -235,3 +235,8 @@ func (h *Host) RelayQuarantine(ctx context.Context) ([]api.QuarantineItem, error
 
 // Host implements api.RelayService on its store.
 var _ api.RelayService = (*Host)(nil)
+
+// ResendReceipts queues again the current receipts of msg from origin (resendReceiptsTx).
+func (rh relayHost) ResendReceipts(tx *bbolt.Tx, msg, origin string) (int, error) {
+	return rh.resendReceiptsTx(tx, msg, origin)
+}

@@ -41,6 +41,10 @@ type Host interface {
 	Answered(ctx context.Context)
 	// Daemon reports whether the daemon serves the host now (RelayStatus.Daemon).
 	Daemon() bool
+	// ResendReceipts queues again, in tx, the current delivery receipt of each local copy of
+	// message msg from host origin whose last receipt is no longer on its way, and returns how
+	// many it queued.
+	ResendReceipts(tx *bbolt.Tx, msg, origin string) (int, error)
 }
 
 // Peer is a pinned peer as the relay side sees it.
@@ -307,9 +311,9 @@ func (l *Link) epochSeen(c *Conn, epoch string) bool {
 	if known {
 		return false
 	}
-	changed, repushed := false, 0
+	changed, repushed, resent := false, 0, 0
 	_, err := l.update(c.Pin, func(tx *bbolt.Tx, s *Record) error {
-		changed, repushed = false, 0
+		changed, repushed, resent = false, 0, 0
 		if s.Epoch == epoch {
 			return nil
 		}
@@ -325,6 +329,9 @@ func (l *Link) epochSeen(c *Conn, epoch string) bool {
 			return err
 		}
 		repushed = n
+		if resent, err = l.resendLostReceiptsTx(tx, c.Pin.URL, epoch, s.Limits().Retention()); err != nil {
+			return err
+		}
 		pos, err := l.rpos.In(tx).Position(c.Pin.URL)
 		if err != nil {
 			return err
@@ -347,7 +354,7 @@ func (l *Link) epochSeen(c *Conn, epoch string) bool {
 	l.mu.Unlock()
 	if changed {
 		l.log.Warn("relay epoch changed: re-pushing relay-accepted rows, pulling again from 0, enrolling again",
-			logkey.Relay, c.Pin.URL, logkey.Epoch, epoch, logkey.Repush, repushed)
+			logkey.Relay, c.Pin.URL, logkey.Epoch, epoch, logkey.Repush, repushed, logkey.Resent, resent)
 		l.afterEpochChange()
 	}
 	return changed

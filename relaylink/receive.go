@@ -233,18 +233,27 @@ func (l *Link) reset(c *Conn, p inbox.Position) {
 	if why == inbox.ResetEpochChanged && p.Epoch != "" {
 		l.epochSeen(c, p.Epoch)
 	}
-	n := 0
+	n, resent := 0, 0
 	err := l.db.Update(func(tx *bbolt.Tx) error {
 		var err error
-		n, err = l.ob.In(tx).RepushRelay(c.Pin.URL, epoch)
+		if n, err = l.ob.In(tx).RepushRelay(c.Pin.URL, epoch); err != nil {
+			return err
+		}
+		retention := mbx.DefaultLimits().Retention()
+		if s, err := LoadTx(tx); err != nil {
+			return err
+		} else if s != nil {
+			retention = s.Limits().Retention()
+		}
+		resent, err = l.resendLostReceiptsTx(tx, c.Pin.URL, epoch, retention)
 		return err
 	})
 	if err != nil {
 		l.log.Error("flagging relay-accepted rows for a re-push", logkey.Relay, c.Pin.URL, logkey.Err, err)
 		return
 	}
-	l.log.Warn("relay receive position reset: pulling again from 0", logkey.Relay, c.Pin.URL, logkey.Reason, why.String(), logkey.Epoch, p.Epoch, logkey.Repush, n)
-	if n > 0 {
+	l.log.Warn("relay receive position reset: pulling again from 0", logkey.Relay, c.Pin.URL, logkey.Reason, why.String(), logkey.Epoch, p.Epoch, logkey.Repush, n, logkey.Resent, resent)
+	if n+resent > 0 {
 		l.host.KickOutbox()
 	}
 	poke(l.keep)

@@ -18,8 +18,9 @@ var regressions = []struct {
 	bug  string
 	open string // the bug is not fixed yet: why (the seed is skipped)
 }{
-	{174, "a delivery receipt the relay accepted after the backup was lost by the restore, and the message was acked before it: the sender's re-push after the epoch change is a duplicate its target never sees again, so the row waits relay-accepted for retention + 24 h and then alerts \"unconfirmed\" for a delivered message",
-		"the fix goes in the relay receive path that is moving into relaylink (issue 8)"},
+	{174, "a delivery receipt the relay accepted after the backup was lost by the restore, and the message was acked before it: the sender's re-push after the epoch change is a duplicate its target never sees again, so the row waits relay-accepted for retention + 24 h and then alerts \"unconfirmed\" for a delivered message; fixed in relaylink (receipts.go: resend the receipts accepted under another epoch)",
+		""},
+	{59, "the same loss of a receipt by the restore, another schedule", ""},
 }
 
 func envUint(t *testing.T, name string, def uint64) uint64 {

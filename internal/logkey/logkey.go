@@ -46,6 +46,7 @@ const (
 	Local        = "local"         // how many local recipients
 	Replaced     = "replaced"      // the fingerprint a new pin replaced
 	Repush       = "repush"        // how many rows go to the relay again
+	Resent       = "resent"        // how many delivery receipts are queued again
 	Retry        = "retry"         // whether a rejection is retried
 	Sender       = "sender"        // a sending host's key fingerprint
 	Senders      = "senders"       // how many keys a sender allowlist names
