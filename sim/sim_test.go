@@ -47,7 +47,7 @@ func runSeed(t *testing.T, cfg Config) Result {
 	return res
 }
 
-// TestSim runs SIM_SEEDS seeds (default 200; 20 under -race or -short) from SIM_SEED_BASE
+// TestSim runs SIM_SEEDS seeds (default 200; 10 under -race or -short) from SIM_SEED_BASE
 // (default 1), or the one seed SIM_SEED with its trace (-v). SIM_MESSAGES and SIM_EVENTS size
 // each run.
 func TestSim(t *testing.T) {
@@ -63,7 +63,7 @@ func TestSim(t *testing.T) {
 	}
 	def := uint64(200)
 	if raceOn || testing.Short() {
-		def = 20 // about 30 s under the race detector on the 2-core CI machine
+		def = 10 // the race detector makes each run several times slower
 	}
 	n := envUint(t, "SIM_SEEDS", def)
 	base := envUint(t, "SIM_SEED_BASE", 1)
