@@ -215,7 +215,11 @@ func (w *world) startRelay() error {
 	if err != nil {
 		return fmt.Errorf("sim: open the relay store: %w", err)
 	}
-	srv, err := relayserver.New(ctx, st, relayserver.Options{Key: r.key, Version: "sim", Clock: w.clock.Now,
+	// The relay announces a push budget hosts never reach: the hosts' push pacer (relaylink.Pacer)
+	// waits on the real clock, which the simulation does not drive.
+	lim := mbx.DefaultLimits()
+	lim.PushesPerMinute = 1 << 30
+	srv, err := relayserver.New(ctx, st, relayserver.Options{Key: r.key, Version: "sim", Clock: w.clock.Now, Limits: lim,
 		Rand: w.rnd("relay", r.life), Logger: w.log, EnrolCallsPerMinute: -1, PushesPerMinute: -1,
 		NewEnrolmentsPerDay: -1, MaxWait: -1})
 	if err != nil {
