@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/agentmbx/agentmbx/internal/logkey"
 	"github.com/agentmbx/agentmbx/mbx"
 )
 
@@ -160,7 +161,7 @@ func (s *Server) ReloadDeny(ctx context.Context) error {
 		s.deny.applied[k] = true
 		woke = true
 		if len(keys) > 0 {
-			s.log.Warn("deny list revoked enrolments", "entry", d.String(), "revoked", len(keys))
+			s.log.Warn("deny list revoked enrolments", logkey.DenyEntry, d.String(), logkey.Revoked, len(keys))
 		}
 	}
 	for k := range s.deny.applied {
@@ -185,7 +186,7 @@ func (s *Server) RunDenyWatch(ctx context.Context) {
 		case <-tick.C:
 		}
 		if err := s.ReloadDeny(ctx); err != nil && ctx.Err() == nil {
-			s.log.Warn("deny list reload failed", "err", err)
+			s.log.Warn("deny list reload failed", logkey.Err, err)
 		}
 	}
 }

@@ -65,6 +65,7 @@ const (
 const (
 	Backup             = "backup"               // the backup file a store was restored from
 	Ballast            = "ballast"              // the size of a store's reserve file
+	DenyEntry          = "entry"                // a deny-list entry
 	By                 = "by"                   // the enrolment authority that decided
 	DedupPruned        = "dedup_pruned"         // dedup rows a sweep pruned
 	Dir                = "dir"                  // a store directory
@@ -87,6 +88,7 @@ const (
 	Old                = "old"                  // the old key's fingerprint (rotation)
 	Pin                = "pin"                  // the command that pins a relay key
 	PreviousEpoch      = "previous_epoch"       // the epoch a restore replaced
+	Revoked            = "revoked"              // how many enrolments were revoked
 	Req                = "req"                  // a request id
 	Route              = "route"                // a relay route
 	Schema             = "schema"               // a store's schema version
@@ -96,4 +98,5 @@ const (
 	Store              = "store"                // where a relay's store is
 	Timeout            = "timeout"              // a bound on waiting
 	TrustProxy         = "trust_proxy"          // which proxy headers the relay trusts
+	URL                = "url"                  // a URL the relay fetches (an issuer's JWKS)
 )

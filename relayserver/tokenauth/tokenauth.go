@@ -22,6 +22,7 @@ import (
 	"github.com/golang-jwt/jwt/v5"
 	"golang.org/x/time/rate"
 
+	"github.com/agentmbx/agentmbx/internal/logkey"
 	"github.com/agentmbx/agentmbx/relayserver"
 )
 
@@ -95,7 +96,8 @@ func New(ctx context.Context, cfg Config) (*Authority, error) {
 		NoErrorReturnFirstHTTPReq: true,
 		RefreshInterval:           cfg.RefreshInterval,
 		RefreshErrorHandler: func(_ context.Context, err error) {
-			cfg.Logger.Warn("account tokens: JWKS refresh failed; cached keys serve", "url", cfg.JWKSURL, "err", err)
+			cfg.Logger.Warn("account tokens: JWKS refresh failed; cached keys serve",
+				logkey.URL, cfg.JWKSURL, logkey.Err, err)
 		},
 		Storage: &recordingStore{MemoryJWKSet: jwkset.NewMemoryStorage(), onReplace: a.markFetched},
 	})
