@@ -19,5 +19,6 @@
 // is paired with every other) and the relay's seqs, watched on the wire (per target they only
 // grow; an item keeps its seq; a page is in seq order).
 //
-// go test ./sim runs SIM_SEEDS seeds (default 200) from SIM_SEED_BASE; SIM_SEED=N replays one.
+// go test ./sim runs SIM_SEEDS seeds (default 200, 10 under -race) from SIM_SEED_BASE; SIM_SEED=N
+// replays one.
 package sim

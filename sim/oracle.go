@@ -142,6 +142,13 @@ func (w *world) check(topo []soak.Host) (soak.Tally, []string, error) {
 			problems = append(problems, sh.name+": "+u)
 		}
 	}
+	var all []api.OutboxRow
+	for _, sh := range w.hosts {
+		all = append(all, rows[sh.name]...)
+	}
+	for _, p := range soak.SeqsGrow(all) {
+		problems = append(problems, "relay seqs (outbox rows): "+p)
+	}
 	problems = append(problems, w.problems...)
 	return tally, problems, nil
 }

@@ -2,7 +2,9 @@ package soak
 
 import (
 	"fmt"
+	"sort"
 	"strings"
+	"time"
 
 	"github.com/agentmbx/agentmbx/api"
 )
@@ -104,6 +106,57 @@ func mentioned(bodies []string, id string) bool {
 		}
 	}
 	return false
+}
+
+// SeqsGrow checks that the relay's sequence numbers per target only grow, as the outbox rows
+// record them (every host's rows; a row holds the seq and the acceptance time of the relay's
+// accept statement): for each target host, a row the relay accepted later has a higher seq, and
+// no two rows share a seq. Rows without a seq (LAN deliveries, never accepted) are skipped. It
+// returns the violations.
+func SeqsGrow(rows []api.OutboxRow) []string {
+	type acc struct {
+		at  time.Time
+		seq int64
+		id  string
+	}
+	byTarget := map[string][]acc{}
+	var out []string
+	for _, r := range rows {
+		if r.Seq <= 0 || r.AcceptedAt == "" {
+			continue
+		}
+		at, err := time.Parse(time.RFC3339Nano, r.AcceptedAt)
+		if err != nil {
+			out = append(out, fmt.Sprintf("%s to %s: accepted_at %q is not a time", r.MsgID, r.Host, r.AcceptedAt))
+			continue
+		}
+		byTarget[r.Host] = append(byTarget[r.Host], acc{at, r.Seq, r.MsgID})
+	}
+	targets := make([]string, 0, len(byTarget))
+	for t := range byTarget {
+		targets = append(targets, t)
+	}
+	sort.Strings(targets)
+	for _, t := range targets {
+		as := byTarget[t]
+		sort.Slice(as, func(i, j int) bool {
+			if !as[i].at.Equal(as[j].at) {
+				return as[i].at.Before(as[j].at)
+			}
+			return as[i].seq < as[j].seq
+		})
+		for i := 1; i < len(as); i++ {
+			p, c := as[i-1], as[i]
+			switch {
+			case c.seq == p.seq:
+				out = append(out, fmt.Sprintf("%s and %s to %s share seq %d", p.id, c.id, t, c.seq))
+			case c.seq < p.seq:
+				out = append(out, fmt.Sprintf("seq went back for %s: %s accepted at %s got seq %d, below %d of %s accepted at %s",
+					t, c.id, c.at.Format(time.RFC3339Nano), c.seq, p.seq, p.id, p.at.Format(time.RFC3339Nano)))
+			}
+		}
+	}
+	return out
 }
 
 // Line is the soak's one summary line.

@@ -124,3 +124,31 @@ func TestLine(t *testing.T) {
 		t.Fatalf("Line = %q, want %q", got, want)
 	}
 }
+
+func TestSeqsGrowPerTarget(t *testing.T) {
+	row := func(id, host string, seq int64, at string) api.OutboxRow {
+		return api.OutboxRow{MsgID: id, Host: host, Seq: seq, AcceptedAt: at}
+	}
+	good := []api.OutboxRow{
+		row("m3", "h2", 30, "2026-10-02T10:00:03.000Z"),
+		row("m1", "h2", 10, "2026-10-02T10:00:01.000Z"),
+		row("m2", "h2", 11, "2026-10-02T10:00:01.000Z"), // same ms: seq order decides
+		row("m1", "h3", 5, "2026-10-02T10:00:09.000Z"),  // another target counts apart
+		{MsgID: "m9", Host: "h2"},                        // over the LAN: no seq
+	}
+	if got := SeqsGrow(good); len(got) != 0 {
+		t.Fatalf("SeqsGrow(growing seqs) = %q, want none", got)
+	}
+	back := append(good, row("m4", "h2", 29, "2026-10-02T10:00:04.000Z"))
+	if got := SeqsGrow(back); len(got) != 1 || !strings.Contains(got[0], "seq went back for h2: m4") {
+		t.Fatalf("SeqsGrow(a seq below an earlier one) = %q, want m4 named", got)
+	}
+	shared := append(good, row("m5", "h2", 30, "2026-10-02T10:00:05.000Z"))
+	if got := SeqsGrow(shared); len(got) != 1 || !strings.Contains(got[0], "share seq 30") {
+		t.Fatalf("SeqsGrow(a reused seq) = %q, want the shared seq named", got)
+	}
+	bad := []api.OutboxRow{row("m6", "h2", 1, "yesterday")}
+	if got := SeqsGrow(bad); len(got) != 1 {
+		t.Fatalf("SeqsGrow(an unreadable time) = %q, want one problem", got)
+	}
+}

@@ -486,6 +486,20 @@ func (s *soak) quiesce(ctx context.Context) Tally {
 		}
 		s.t.Errorf("seed %d: unsettled row: %s", s.cfg.seed, u)
 	}
+	rows, err := s.outboxRows(ctx)
+	if err != nil {
+		s.t.Fatalf("seed %d: read the outboxes: %v", s.cfg.seed, err)
+	}
+	var all []api.OutboxRow
+	for _, h := range s.hosts {
+		all = append(all, rows[h.Name]...)
+	}
+	for i, p := range SeqsGrow(all) {
+		if i == maxProblems {
+			break
+		}
+		s.t.Errorf("seed %d: relay seqs: %s", s.cfg.seed, p)
+	}
 	for _, h := range s.hosts {
 		st, err := s.relayStatus(ctx, h)
 		if err != nil {
@@ -531,9 +545,24 @@ func (s *soak) mailboxes(ctx context.Context) (map[Mailbox][]string, []string, e
 
 // unsettled lists every host's unsettled outbox rows.
 func (s *soak) unsettled(ctx context.Context, alerts []string) ([]string, error) {
+	rows, err := s.outboxRows(ctx)
+	if err != nil {
+		return nil, err
+	}
 	var out []string
 	for _, h := range s.hosts {
-		js, err := s.kit.Must(ctx, "outbox", "--all", "--limit", "0", "--json", "--home", h.home)
+		for _, u := range Unsettled(rows[h.Name], alerts) {
+			out = append(out, h.Name+": "+u)
+		}
+	}
+	return out, nil
+}
+
+// outboxRows reads every host's outbox (`outbox --json`).
+func (s *soak) outboxRows(ctx context.Context) (map[string][]api.OutboxRow, error) {
+	out := map[string][]api.OutboxRow{}
+	for _, h := range s.hosts {
+		js, err := s.kit.Must(ctx, "outbox", "--json", "--home", h.home)
 		if err != nil {
 			return nil, err
 		}
@@ -541,9 +570,7 @@ func (s *soak) unsettled(ctx context.Context, alerts []string) ([]string, error)
 		if err := json.Unmarshal([]byte(js), &rows); err != nil {
 			return nil, fmt.Errorf("outbox of %s: %w", h.Name, err)
 		}
-		for _, u := range Unsettled(rows, alerts) {
-			out = append(out, h.Name+": "+u)
-		}
+		out[h.Name] = rows
 	}
 	return out, nil
 }
