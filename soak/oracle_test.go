@@ -134,7 +134,7 @@ func TestSeqsGrowPerTarget(t *testing.T) {
 		row("m1", "h2", 10, "2026-10-02T10:00:01.000Z"),
 		row("m2", "h2", 11, "2026-10-02T10:00:01.000Z"), // same ms: seq order decides
 		row("m1", "h3", 5, "2026-10-02T10:00:09.000Z"),  // another target counts apart
-		{MsgID: "m9", Host: "h2"},                        // over the LAN: no seq
+		{MsgID: "m9", Host: "h2"},                       // over the LAN: no seq
 	}
 	if got := SeqsGrow(good); len(got) != 0 {
 		t.Fatalf("SeqsGrow(growing seqs) = %q, want none", got)
