@@ -26,7 +26,7 @@ const lanProbeTimeout = 10 * time.Second
 // The probe schedule (variables for tests).
 var (
 	lanProbeFirst = 5 * time.Second
-	lanProbeMax   = time.Minute
+	lanProbeMax   = 15 * time.Second
 )
 
 type lanProbes struct {

@@ -122,9 +122,14 @@ func (l *Link) keepLoop(ctx context.Context, kept chan<- struct{}) {
 	}
 }
 
+// pullMaxBackoff caps the receiver's pause after failed pulls: a pull is one small request, and
+// the first one that succeeds after an outage flushes the rows waiting for the relay, so a relay
+// that comes back is noticed within about this long (±20%). A Retry-After still counts in full.
+const pullMaxBackoff = 10 * time.Second
+
 // receiveLoop runs the receiver of c until ctx is done or the relay key changes.
 func (l *Link) receiveLoop(ctx context.Context, c *Conn, tick, wait time.Duration) {
-	r, err := l.Receiver(c, inbox.ReceiverOptions{Idle: tick, Wait: wait, MaxBackoff: time.Minute})
+	r, err := l.Receiver(c, inbox.ReceiverOptions{Idle: tick, Wait: wait, MaxBackoff: pullMaxBackoff})
 	if err != nil {
 		l.log.Error("relay receiver", logkey.Err, err)
 		return
