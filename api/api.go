@@ -33,7 +33,8 @@
 //	POST /v1/pair/confirm  PairConfirmRequest     → Peer (waits for the other side)
 //	POST /v1/pair/cancel                          → {}
 //
-// The outbox retry route (outbox.go) is served for a service that also implements OutboxService.
+// The outbox routes (retry and pages; outbox.go) are served for a service that also implements
+// OutboxService.
 // The mail routes (threads, search, replies, inbox pages, waiting for new mail; see mail.go) are
 // served for a service that also implements MailService. The relay routes are served for a
 // service that also implements RelayService, the pairing
@@ -71,7 +72,8 @@ type Service interface {
 	Ack(ctx context.Context, req AckRequest) (Message, error)
 	// Sent shows the per-recipient delivery state of a message this host sent.
 	Sent(ctx context.Context, id string) (Sent, error)
-	// Outbox lists the outbox rows (one per message and target host).
+	// Outbox lists every outbox row (one per message and target host); OutboxService.OutboxPage
+	// lists a bounded page.
 	Outbox(ctx context.Context) ([]OutboxRow, error)
 	// Agents lists the local agents; AddAgent registers one (idempotent; the role may be updated).
 	Agents(ctx context.Context) ([]Agent, error)

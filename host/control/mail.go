@@ -37,11 +37,7 @@ func (h *handler) inboxPage(_ http.ResponseWriter, r *http.Request) (any, error)
 		return nil, err
 	}
 	q := r.URL.Query()
-	all, err := boolParam(q.Get("all"))
-	if err != nil {
-		return nil, err
-	}
-	limit, err := intParam(q, "limit")
+	all, limit, err := pageParams(q)
 	if err != nil {
 		return nil, err
 	}
@@ -120,6 +116,14 @@ func (h *handler) knownAgents(_ http.ResponseWriter, r *http.Request) (any, erro
 }
 
 // intParam reads an optional non-negative integer query parameter (absent is 0).
+// pageParams reads a page's all=1 and limit=.
+func pageParams(q url.Values) (all bool, limit int, err error) {
+	if all, err = boolParam(q.Get("all")); err == nil {
+		limit, err = intParam(q, "limit")
+	}
+	return all, limit, err
+}
+
 func intParam(q url.Values, name string) (int, error) {
 	s := q.Get(name)
 	if s == "" {

@@ -27,11 +27,7 @@ func (h *handler) outboxPage(_ http.ResponseWriter, r *http.Request) (any, error
 		return nil, errNoOutboxPage
 	}
 	q := r.URL.Query()
-	all, err := boolParam(q.Get("all"))
-	if err != nil {
-		return nil, err
-	}
-	limit, err := intParam(q, "limit")
+	all, limit, err := pageParams(q)
 	if err != nil {
 		return nil, err
 	}
