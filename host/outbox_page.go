@@ -31,7 +31,7 @@ func (h *Host) OutboxPage(ctx context.Context, req api.OutboxRequest) (api.Outbo
 	if err != nil {
 		return api.OutboxPage{}, fmt.Errorf("host: outbox page: %w", err)
 	}
-	rows, err := h.withWaiting(ctx, p.Rows)
+	rows, err := h.withWaiting(p.Rows)
 	if err != nil {
 		return api.OutboxPage{}, fmt.Errorf("host: outbox page: %w", err)
 	}

@@ -1,9 +1,9 @@
 package host
 
 import (
-	"context"
 	"fmt"
 	"maps"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -23,7 +23,7 @@ import (
 type waitFacts struct {
 	now    time.Time
 	daemon bool            // a daemon serves this host: only it sends
-	relay  api.RelayStatus // the relay link as `relay status` shows it
+	relay  api.RelayStatus // the relay link: configured, stopped, enrolled and its problems
 	paused time.Time       // pushes to the relay wait until then (zero: no pause)
 	// lanDown holds the peers whose LAN address gave no answer to any attempt since it last
 	// did, and since when (the daemon's memory: empty after a start until an attempt fails).
@@ -141,17 +141,24 @@ func (q *lanQuiet) snapshot() map[string]time.Time {
 	return maps.Clone(q.since)
 }
 
-// waitFacts gathers what the host knows of its links now. It reads the relay status and the
+// waitFacts gathers what the host knows of its links now. It reads the relay record and the
 // peers (one small transaction each); callers gather it only for pages with active rows.
-func (h *Host) waitFacts(ctx context.Context) (waitFacts, error) {
+func (h *Host) waitFacts() (waitFacts, error) {
 	now := h.clock()
 	f := waitFacts{now: now, lanDown: h.quiet.snapshot(), peers: map[string]PeerRecord{}}
 	h.mu.Lock()
 	f.daemon = h.daemon
 	h.mu.Unlock()
-	var err error
-	if f.relay, err = h.RelayStatus(ctx); err != nil {
+	rec, err := h.relay.Record()
+	if err != nil {
 		return f, err
+	}
+	if rec != nil {
+		f.relay = api.RelayStatus{Configured: true, Stopped: rec.KeyChange != nil,
+			Enrolled: rec.Enrolled.EnrolledFor(rec.Pin(), rec.Epoch, h.key.PublicKey())}
+		for _, op := range slices.Sorted(maps.Keys(rec.Problems)) {
+			f.relay.Problems = append(f.relay.Problems, rec.Problems[op])
+		}
 	}
 	if until, paused := h.relay.Paused(now); paused {
 		f.paused = until
@@ -164,14 +171,14 @@ func (h *Host) waitFacts(ctx context.Context) (waitFacts, error) {
 }
 
 // withWaiting lists rows as api.OutboxRow, with the wait reason of the active ones.
-func (h *Host) withWaiting(ctx context.Context, rows []outbox.Row) ([]api.OutboxRow, error) {
+func (h *Host) withWaiting(rows []outbox.Row) ([]api.OutboxRow, error) {
 	out := make([]api.OutboxRow, 0, len(rows))
 	var f *waitFacts
 	for _, r := range rows {
 		a := apiRow(r)
 		if r.State.Active() {
 			if f == nil {
-				facts, err := h.waitFacts(ctx)
+				facts, err := h.waitFacts()
 				if err != nil {
 					return nil, err
 				}

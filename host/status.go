@@ -97,7 +97,7 @@ func (h *Host) Sent(ctx context.Context, id string) (api.Sent, error) {
 		return err
 	})
 	if err == nil {
-		out.Rows, err = h.withWaiting(ctx, rows)
+		out.Rows, err = h.withWaiting(rows)
 	}
 	if err != nil {
 		return api.Sent{}, fmt.Errorf("host: sent: %w", err)
@@ -112,7 +112,7 @@ func (h *Host) Outbox(ctx context.Context) ([]api.OutboxRow, error) {
 	if err != nil {
 		return nil, fmt.Errorf("host: outbox: %w", err)
 	}
-	out, err := h.withWaiting(ctx, rows)
+	out, err := h.withWaiting(rows)
 	if err != nil {
 		return nil, fmt.Errorf("host: outbox: %w", err)
 	}
