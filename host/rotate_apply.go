@@ -126,7 +126,11 @@ func (h *Host) applyRotationTx(tx *bbolt.Tx, data []byte, sender string) (Rotati
 	next.HostPubkey, next.EncPub, next.RotatedAt = s.Rec.NewPub, s.Rec.NewEncPub, s.Rec.IAT
 	next.RetiredKeys = append(slices.Clone(p.RetiredKeys), p.HostPubkey)
 	released, err := h.pinPeerTx(tx, &next)
-	if err != nil {
+	if errors.Is(err, ErrPeerKeyInUse) || errors.Is(err, ErrPeerKeyMismatch) {
+		// The new key is pinned under another name: refused like any bad record, so a relay
+		// notice goes to the quarantine instead of failing its page again and again.
+		return refuse("%v", err)
+	} else if err != nil {
 		return RotationApplied{}, 0, err
 	}
 	out.Applied = true

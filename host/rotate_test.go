@@ -15,6 +15,7 @@ import (
 	"github.com/agentmbx/agentmbx/lan"
 	"github.com/agentmbx/agentmbx/mbx"
 	"github.com/agentmbx/agentmbx/outbox"
+	"github.com/agentmbx/agentmbx/relayclient"
 	"github.com/agentmbx/agentmbx/relaylink"
 )
 
@@ -142,6 +143,21 @@ func TestRotationLAN(t *testing.T) {
 	a.allDone()     // the old-signed receipt for fromB included
 	b.allDone()
 
+	t.Run("then beta rotates too", func(t *testing.T) {
+		s2 := b.rotate()
+		b.finishRotation()
+		a.checkRotated("beta", s2)
+		id := a.send("alice", []string{"bob@beta"}, "both rotated", "new keys on both sides").ID
+		back := b.send("bob", []string{"alice@alpha"}, "both rotated", "and back").ID
+		settle(t, a, b)
+		if b.copies("bob", id) != 1 || a.copies("alice", back) != 1 {
+			t.Fatal("mail after both rotations did not arrive once")
+		}
+		settle(t, a, b)
+		a.allDone()
+		b.allDone()
+	})
+
 	t.Run("replay changes nothing", func(t *testing.T) {
 		before := b.counts()
 		applied, err := lan.PostRotation(ctx, http.DefaultClient, b.addr, mustJSON(t, s))
@@ -239,14 +255,38 @@ func TestRotationRelayOnly(t *testing.T) {
 	if st, _ := b.RelayStatus(ctx); st.Quarantined != 0 {
 		t.Errorf("beta quarantined %d items", st.Quarantined)
 	}
+
+	// Then beta rotates too, with a message of alpha's waiting for it at the relay.
+	a5 := a.send("alice", []string{"bob@beta"}, "a5", "queued for beta's old key").ID
+	if _, err := a.pass(ctx, true); err != nil {
+		t.Fatal(err)
+	}
+	s2 := b.rotate()
+	b.finishRotation()
+	if st, _ := b.loadRotation(); st.Relay.Moved < 1 {
+		t.Errorf("beta's rotation moved %d items, want a5", st.Relay.Moved)
+	}
+	a.pull()
+	a.checkRotated("beta", s2)
+	b6 := b.send("bob", []string{"alice@alpha"}, "b6", "both rotated").ID
+	flow(t, a, b)
+	if b.copies("bob", a5) != 1 || a.copies("alice", b6) != 1 {
+		t.Fatal("mail across both rotations did not arrive once")
+	}
+	flow(t, a, b)
+	a.allDone()
+	b.allDone()
 }
 
 // TestApplyRotationRefused: records that do not move the pinned key on are refused, over the API
 // and over the LAN (409), and change nothing; replays of applied records are no-ops.
 func TestApplyRotationRefused(t *testing.T) {
 	clock := newClock()
-	a, b := newTestHost(t, "alpha", clock), newTestHost(t, "beta", clock)
+	a, b, gamma := newTestHost(t, "alpha", clock), newTestHost(t, "beta", clock), newTestHost(t, "gamma", clock)
 	pairAll(t, a, b)
+	if err := b.PinPeer(gamma.record()); err != nil {
+		t.Fatal(err)
+	}
 	a.send("alice", []string{"bob@beta"}, "hi", "a row and a mailbox entry")
 	settle(t, a, b)
 	ctx := context.Background()
@@ -279,6 +319,7 @@ func TestApplyRotationRefused(t *testing.T) {
 		"an unpaired host":             sign("gamma", old, next, now),
 		"iat an hour ahead":            sign("alpha", old, next, now.Add(time.Hour)),
 		"to beta's own key":            sign("alpha", old, b.key, now),
+		"to a key pinned for gamma":    sign("alpha", old, gamma.key, now),
 		"not JSON":                     []byte("{"),
 		"oversized":                    []byte(`{"rec":{"host":"alpha"},"pad":"` + strings.Repeat("x", MaxRotationBytes) + `"}`),
 	}
@@ -400,4 +441,60 @@ func TestRevokedTargetWaitsForItsDeadline(t *testing.T) {
 func allowHash(keys ...string) string {
 	_, h := relaylink.AllowList(keys)
 	return h
+}
+
+// TestRotationNoticeRefused: a rotation notice through the relay whose record does not verify
+// against the pinned key goes to the quarantine and changes nothing; a notice of the rotation
+// applied already is a duplicate.
+func TestRotationNoticeRefused(t *testing.T) {
+	a, b, r := relayPair(t, mbx.Limits{})
+	ctx := context.Background()
+	c, err := relayclient.New(relayclient.Pin{URL: r.url, RelayKey: r.key().PublicKey()}, "alpha", a.key, &relayclient.Options{Clock: a.clock.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	push := func(itemID string, rec []byte) {
+		t.Helper()
+		wire, err := mbx.SealRotationNotice(a.rand, itemID, rec, b.enc.PublicKey())
+		if err != nil {
+			t.Fatal(err)
+		}
+		res, err := c.Push(ctx, []relayclient.PushItem{{Kind: mbx.ItemKindEnvelope, ItemID: itemID,
+			Targets: []relayclient.PushTarget{{HostPubkey: b.key.PublicKey(), Wire: wire}}}})
+		if err != nil || !res[0].Targets[0].Accepted() {
+			t.Fatalf("push of the notice: %+v, %v", res, err)
+		}
+	}
+	stranger, _ := mbx.GenerateSigningKey(testkit.Rand(911))
+	next, _ := mbx.GenerateSigningKey(testkit.Rand(912))
+	forged, err := mbx.SignRotation("alpha", stranger, next, b.enc.PublicKey(), a.clock.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	push(mbx.RotationNoticeID(next.PublicKey(), b.key.PublicKey()), mustJSON(t, forged))
+	before, _ := b.Peer("alpha")
+	b.pull()
+	if p, _ := b.Peer("alpha"); p.HostPubkey != before.HostPubkey || len(p.RetiredKeys) != 0 {
+		t.Fatalf("a forged notice changed the pin: %+v", p)
+	}
+	if st, _ := b.RelayStatus(ctx); st.Quarantined != 1 {
+		t.Fatalf("quarantined %d items, want the forged notice", st.Quarantined)
+	}
+
+	s := a.rotate()
+	a.finishRotation()
+	b.pull()
+	b.checkRotated("alpha", s)
+	// The same record again in a second notice (another item id): nothing changes, nothing is
+	// quarantined. The old key is revoked at the relay now, so the new key pushes it.
+	c, err = relayclient.New(relayclient.Pin{URL: r.url, RelayKey: r.key().PublicKey()}, "alpha", a.key, &relayclient.Options{Clock: a.clock.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	push("host-rotation:again", mustJSON(t, s))
+	b.pull()
+	b.checkRotated("alpha", s)
+	if st, _ := b.RelayStatus(ctx); st.Quarantined != 1 {
+		t.Fatalf("quarantined %d items after a replay, want still 1", st.Quarantined)
+	}
 }

@@ -1,7 +1,6 @@
 package lan_test
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"fmt"
@@ -88,16 +87,7 @@ func TestAbuseLANHeldBodies(t *testing.T) {
 			mu.Unlock()
 			fmt.Fprintf(c, "POST %s HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n%s: alpha\r\n%s: %s\r\n%s: AAAA\r\n\r\n",
 				mbx.PathLANEnvelopes, 1<<20, mbx.HeaderHost, mbx.HeaderTS, mbx.ISOTime(time.Now()), mbx.HeaderSig)
-			got := make(chan int, 1)
-			go func() {
-				resp, err := http.ReadResponse(bufio.NewReader(c), nil)
-				if err != nil {
-					got <- -1
-					return
-				}
-				resp.Body.Close()
-				got <- resp.StatusCode
-			}()
+			got := testkit.ReadStatus(c)
 			_ = c.SetWriteDeadline(time.Now().Add(5 * time.Second))
 			_, _ = c.Write(body)
 			code := 0 // held: no answer

@@ -61,6 +61,21 @@ func MarshalJSON(v any) ([]byte, error) {
 	return bytes.TrimSuffix(buf.Bytes(), []byte{'\n'}), nil
 }
 
+// appendJSStrings appends xs as a JSON array of strings.
+func appendJSStrings(b []byte, xs []string) ([]byte, error) {
+	b = append(b, '[')
+	for i, x := range xs {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		var err error
+		if b, err = appendJSString(b, x); err != nil {
+			return b, err
+		}
+	}
+	return append(b, ']'), nil
+}
+
 func appendCanonical(buf []byte, v any) ([]byte, error) {
 	switch x := v.(type) {
 	case nil:

@@ -252,16 +252,9 @@ func buildMeta(d Draft, ts string) (json.RawMessage, error) {
 	}
 	list := func(key string, xs []string, first bool) {
 		member(key, first)
-		b = append(b, '[')
-		for i, x := range xs {
-			if i > 0 {
-				b = append(b, ',')
-			}
-			if b, err = appendJSString(b, x); err != nil {
-				return
-			}
+		if err == nil {
+			b, err = appendJSStrings(b, xs)
 		}
-		b = append(b, ']')
 	}
 	str := func(key, v string) {
 		member(key, false)
@@ -872,16 +865,8 @@ func (e *Envelope) Marshal() ([]byte, error) {
 		if err != nil {
 			return
 		}
-		b = append(b, ",\""+key+"\":["...)
-		for i, x := range xs {
-			if i > 0 {
-				b = append(b, ',')
-			}
-			if b, err = appendJSString(b, x); err != nil {
-				return
-			}
-		}
-		b = append(b, ']')
+		b = append(b, ",\""+key+"\":"...)
+		b, err = appendJSStrings(b, xs)
 	}
 	raw := func(key string, r json.RawMessage) {
 		if err != nil {

@@ -1,7 +1,6 @@
 package relayserver_test
 
 import (
-	"bufio"
 	"bytes"
 	"fmt"
 	"net"
@@ -43,16 +42,7 @@ func holdBody(t *testing.T, addr string, h host, answered chan<- int, conns chan
 		fmt.Fprintf(&hdr, "%s: %s\r\n", k, v[0])
 	}
 	hdr.WriteString("\r\n")
-	got := make(chan int, 1)
-	go func() {
-		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
-		if err != nil {
-			got <- -1
-			return
-		}
-		resp.Body.Close()
-		got <- resp.StatusCode
-	}()
+	got := testkit.ReadStatus(c)
 	if _, err := c.Write([]byte(hdr.String())); err != nil {
 		answered <- <-got
 		return

@@ -280,7 +280,7 @@ func TestLongPollQuery(t *testing.T) {
 	if code != 200 || !strings.Contains(string(body), `"max_wait":30`) {
 		t.Fatalf("info = %d %s, want limits.max_wait 30", code, body)
 	}
-	if info := decode[mbx.InfoResponse](t, body); info.Limits != mbx.DefaultLimits() {
+	if info := decode[mbx.InfoResponse](t, body); info.Limits != announcedDefaults() {
 		t.Fatalf("info limits = %+v, want the defaults", info.Limits)
 	}
 }

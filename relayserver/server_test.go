@@ -68,7 +68,7 @@ func TestPushPullAckRoundTrip(t *testing.T) {
 	}
 	code, body = r.call(nil, "GET", "/v2/relay/info", nil)
 	info = decode[mbx.InfoResponse](t, body)
-	if code != 200 || info.You != nil || info.RelayPubkey != r.key.PublicKey() || info.V != 2 || info.Limits != mbx.DefaultLimits() {
+	if code != 200 || info.You != nil || info.RelayPubkey != r.key.PublicKey() || info.V != 2 || info.Limits != announcedDefaults() {
 		t.Fatalf("anonymous info = %d %s", code, body)
 	}
 }
@@ -682,6 +682,14 @@ func readReceiptItem(t *testing.T, r *relay, a, b host) mbx.PushItem {
 	wire, _ := sr.Wire()
 	return mbx.PushItem{Kind: "receipt", ItemID: sr.ItemID(),
 		Targets: []mbx.PushTarget{{HostPubkey: b.pub(), WireB64: mbx.B64(wire)}}}
+}
+
+// announcedDefaults is what /v2/relay/info announces as limits by default: the 0.5.x defaults
+// and pushes_per_minute.
+func announcedDefaults() mbx.Limits {
+	l := mbx.DefaultLimits()
+	l.PushesPerMinute = mbx.PushesPerMinute
+	return l
 }
 
 func TestReceiptItems(t *testing.T) {

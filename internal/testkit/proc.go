@@ -1,9 +1,11 @@
 package testkit
 
 import (
+	"bufio"
 	"errors"
 	"fmt"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"strconv"
@@ -164,4 +166,20 @@ func ProcKB(t testing.TB, pid int, field string) int64 {
 	}
 	t.Fatalf("no %s in /proc/%d/status", field, pid)
 	return 0
+}
+
+// ReadStatus reads one HTTP response from c in the background and sends its status code on the
+// channel it returns, or -1 when no response could be read.
+func ReadStatus(c net.Conn) <-chan int {
+	got := make(chan int, 1)
+	go func() {
+		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+		if err != nil {
+			got <- -1
+			return
+		}
+		resp.Body.Close()
+		got <- resp.StatusCode
+	}()
+	return got
 }

@@ -31,11 +31,11 @@ type tokenRelay struct {
 	parked chan struct{} // a long poll started its timer
 }
 
-func newTokenRelay(t *testing.T) *tokenRelay {
+func newTokenRelay(t *testing.T, required bool) *tokenRelay {
 	t.Helper()
 	c := &clock{now: time.Now().UTC()} // the hop window is checked against the relay's clock
 	is := newIssuer(t, c, "k1")
-	a := newAuthority(t, is, func(cfg *tokenauth.Config) { cfg.Required = true })
+	a := newAuthority(t, is, func(cfg *tokenauth.Config) { cfg.Required = required })
 	st, err := sqlitestore.Open(context.Background(), t.TempDir(), nil)
 	if err != nil {
 		t.Fatal(err)
@@ -108,7 +108,7 @@ func (r *tokenRelay) enrol(h mbx.SigningKey, name, token string) (int, string) {
 
 func TestDeniedClientIDEndsLongPollAndIsRefused(t *testing.T) {
 	t.Parallel()
-	r := newTokenRelay(t)
+	r := newTokenRelay(t, true)
 	host := hostKey(t, 1)
 	if code, body := r.enrol(host, "beta", r.is.sign("k1", r.is.valid(host))); code != 200 {
 		t.Fatalf("enrol with a valid token = %d %s", code, body)
@@ -164,5 +164,33 @@ func TestDeniedClientIDEndsLongPollAndIsRefused(t *testing.T) {
 	}
 	if code, body := r.enrol(other, "gamma", r.is.sign("k1", c)); code != 200 {
 		t.Fatalf("enrol with another client_id = %d %s", code, body)
+	}
+}
+
+func TestTokenAccountKeptAgainstTheHostKeyChallenge(t *testing.T) {
+	t.Parallel()
+	r := newTokenRelay(t, false)
+	host := hostKey(t, 1)
+	if code, body := r.enrol(host, "beta", r.is.sign("k1", r.is.valid(host))); code != 200 {
+		t.Fatalf("enrol with a token = %d %s", code, body)
+	}
+	// The same key enrols again without a token: the weaker challenge does not overwrite the
+	// account the token proved.
+	if code, body := r.enrol(host, "beta", ""); code != 200 {
+		t.Fatalf("enrol without a token = %d %s", code, body)
+	}
+	e, err := r.store.Enrolment(context.Background(), host.PublicKey())
+	if err != nil || e.Account != "acme" || e.ClientID != "cli-1" || e.AuthorizedBy != "token" {
+		t.Fatalf("enrolment = %+v, %v; want the token's account kept", e, err)
+	}
+	// The account drives name uniqueness: another key of acme cannot take "beta"; a host
+	// without an account can.
+	other := hostKey(t, 2)
+	c := r.is.valid(other)
+	if code, body := r.enrol(other, "BETA", r.is.sign("k1", c)); code != http.StatusConflict {
+		t.Fatalf("another acme host named BETA = %d %s, want 409", code, body)
+	}
+	if code, body := r.enrol(other, "BETA", ""); code != 200 {
+		t.Fatalf("a host without an account named BETA = %d %s", code, body)
 	}
 }

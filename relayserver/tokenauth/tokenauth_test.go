@@ -337,3 +337,26 @@ func TestThumbprintIsRFC7638(t *testing.T) {
 		t.Fatal("a bad key gave a thumbprint")
 	}
 }
+
+func TestKeyLeavingTheJWKSStopsVerifyingAtThePeriodicRefresh(t *testing.T) {
+	t.Parallel()
+	// No unknown kid is involved: the periodic refresh alone drops k1 (10 min by default).
+	is, a, host := setup(t, func(c *tokenauth.Config) { c.RefreshInterval = 20 * time.Millisecond })
+	tok := is.sign("k1", is.valid(host))
+	if dec := authorize(t, a, host, tok); !dec.OK {
+		t.Fatalf("k1 before it left = %+v", dec)
+	}
+	is.serve("k2")
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		dec := authorize(t, a, host, tok)
+		if !dec.OK {
+			wantRefused(t, dec, "k1")
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("a key that left the JWKS still verifies after the refreshes")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
