@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentmbx/agentmbx/host/card"
 	"github.com/agentmbx/agentmbx/internal/testkit"
 	"github.com/agentmbx/agentmbx/mbx"
 )
@@ -245,6 +246,10 @@ func TestAddPeerFromCard(t *testing.T) {
 	if _, err := a.AddPeer(ctx, own); !errors.Is(err, ErrSelf) {
 		t.Errorf("AddPeer(own card) err = %v, want ErrSelf", err)
 	}
+}
+
+func makeCard(host string, k mbx.SigningKey, encPub, addr string, now time.Time) ([]byte, error) {
+	return card.Make(host, k, encPub, addr, now)
 }
 
 func FuzzParseCard(f *testing.F) {

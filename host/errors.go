@@ -2,6 +2,7 @@ package host
 
 import (
 	"github.com/agentmbx/agentmbx/api"
+	"github.com/agentmbx/agentmbx/host/card"
 	"github.com/agentmbx/agentmbx/relaylink"
 )
 
@@ -88,19 +89,12 @@ var (
 	ErrRelayStopped = relaylink.ErrRelayStopped
 )
 
-// Errors of host cards (ParseCard, Card).
+// Errors of host cards (ParseCard): package host/card's.
 var (
-	// ErrCardMalformed is returned by ParseCard for input that is not a v1 host card: not JSON,
-	// too large, unknown or missing fields, a bad host name, key, address or time. The message
-	// says which.
-	ErrCardMalformed = newErr(api.CodeBadRequest, "malformed host card",
-		"a card is the JSON that `agentmbx id --card` prints on the other host, unchanged")
-	// ErrCardSignature is returned by ParseCard when the card's host key did not sign the card
-	// as received.
-	ErrCardSignature = newErr(api.CodeRefused, "host card signature does not verify",
-		"the card was changed after it was made; ask for a fresh `agentmbx id --card`")
-	// ErrCardFuture is returned by ParseCard for a card made more than CardSkew after now (a
-	// clock far off on one side, or a forged time).
-	ErrCardFuture = newErr(api.CodeRefused, "host card is dated in the future",
-		"check the clocks of both hosts")
+	// ErrCardMalformed is returned by ParseCard for input that is not a v1 host card.
+	ErrCardMalformed = card.ErrMalformed
+	// ErrCardSignature is returned by ParseCard when the card's host key did not sign the card.
+	ErrCardSignature = card.ErrSignature
+	// ErrCardFuture is returned by ParseCard for a card made more than CardSkew after now.
+	ErrCardFuture = card.ErrFuture
 )

@@ -82,19 +82,6 @@ func (h *Host) relayHold() error {
 	return nil
 }
 
-// peerKeys are the pinned peers' current host keys (the sender allowlist's).
-func (h *Host) peerKeys() ([]string, error) {
-	peers, err := h.PeerRecords()
-	if err != nil {
-		return nil, err
-	}
-	keys := make([]string, len(peers))
-	for i, p := range peers {
-		keys[i] = p.HostPubkey
-	}
-	return keys, nil
-}
-
 func (rh relayHost) Daemon() bool {
 	rh.mu.Lock()
 	defer rh.mu.Unlock()

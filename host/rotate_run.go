@@ -314,7 +314,7 @@ func (h *Host) pushOldReceipts(ctx context.Context, c *relayclient.Client, rs *r
 			byHost[r.Host] = append(byHost[r.Host], full)
 		}
 	}
-	p := &relaylink.Pusher{Client: c, Pin: rs.Pin(), Limits: rs.Limits(), Logger: h.log}
+	p := &relaylink.Pusher{Client: c, Pin: rs.Pin(), Limits: rs.LimitsOrDefault(), Logger: h.log}
 	for host, rows := range byHost {
 		pctx, cancel := context.WithTimeout(ctx, rotationStepBudget)
 		out := p.Send(pctx, outbox.Peer{Host: host}, rows)
@@ -397,7 +397,7 @@ func (h *Host) checkRelayPublished(ctx context.Context, st *rotationState) error
 	if err != nil || rs == nil {
 		return err
 	}
-	keys, err := h.peerKeys()
+	keys, err := h.relay.PeerKeys()
 	if err != nil {
 		return err
 	}

@@ -32,7 +32,7 @@ func (l *Link) Keep(ctx context.Context, force bool) error {
 		return err
 	}
 	k := Keeper{Client: c.Client, Pin: c.Pin, HostKey: l.key.PublicKey(), EncPub: l.enc,
-		Peers: l.peerKeys, Clock: l.clock, Logger: l.log,
+		Peers: l.PeerKeys, Clock: l.clock, Logger: l.log,
 		Load: func() (Published, bool, error) {
 			s, err := l.load()
 			if err != nil || s == nil || s.URL != c.Pin.URL || s.RelayKey != c.Pin.RelayKey {
@@ -62,8 +62,8 @@ func (l *Link) Keep(ctx context.Context, force bool) error {
 	return err
 }
 
-// peerKeys are the pinned peers' current host keys (the sender allowlist's).
-func (l *Link) peerKeys() ([]string, error) {
+// PeerKeys are the pinned peers' current host keys (the sender allowlist's).
+func (l *Link) PeerKeys() ([]string, error) {
 	var keys []string
 	err := l.db.View(func(tx *bbolt.Tx) error {
 		var err error

@@ -329,7 +329,7 @@ func (l *Link) epochSeen(c *Conn, epoch string) bool {
 			return err
 		}
 		repushed = n
-		if resent, err = l.resendLostReceiptsTx(tx, c.Pin.URL, epoch, s.Limits().Retention()); err != nil {
+		if resent, err = l.resendLostReceiptsTx(tx, c.Pin.URL, epoch, s.LimitsOrDefault().Retention()); err != nil {
 			return err
 		}
 		pos, err := l.rpos.In(tx).Position(c.Pin.URL)
@@ -391,7 +391,7 @@ func clip(s string, n int) string {
 func (l *Link) Pusher(c *Conn) *Pusher {
 	lim := mbx.DefaultLimits()
 	if s, err := l.load(); err == nil && s != nil {
-		lim = s.Limits()
+		lim = s.LimitsOrDefault()
 	}
 	return &Pusher{Client: c.Client, Pin: c.Pin, Limits: lim, Logger: l.log, Pacer: l.pacer(c, lim),
 		Observe: func(err error) {

@@ -243,7 +243,7 @@ func (l *Link) reset(c *Conn, p inbox.Position) {
 		if s, err := LoadTx(tx); err != nil {
 			return err
 		} else if s != nil {
-			retention = s.Limits().Retention()
+			retention = s.LimitsOrDefault().Retention()
 		}
 		resent, err = l.resendLostReceiptsTx(tx, c.Pin.URL, epoch, retention)
 		return err

@@ -50,10 +50,10 @@ func (s *Record) Pin() relayclient.Pin {
 	return relayclient.Pin{URL: s.URL, RelayKey: s.RelayKey}
 }
 
-// Limits are the relay's announced limits (mbx.DefaultLimits before any).
-func (s *Record) Limits() mbx.Limits {
-	if s.Published.Limits != nil {
-		return *s.Published.Limits
+// LimitsOrDefault are the relay's announced limits (mbx.DefaultLimits before any).
+func (s *Record) LimitsOrDefault() mbx.Limits {
+	if s.Limits != nil {
+		return *s.Limits
 	}
 	return mbx.DefaultLimits()
 }

@@ -70,7 +70,7 @@ func TestImportsPointDown(t *testing.T) {
 	}
 	// Below host: the packages that host (or the command) puts together.
 	below := []string{"mbx", "api", "outbox", "inbox", "quarantine", "relayclient", "relayserver",
-		"pairing", "lan", "relaylink", "host/control", "host/mailindex", "client", "internal"}
+		"pairing", "lan", "relaylink", "host/control", "host/mailindex", "host/card", "client", "internal"}
 	for pkg := range g {
 		deps := g.deps(pkg)
 		has := func(dir string) bool {

@@ -1,17 +1,18 @@
-package host
+// Package card is the host card: a host's name, host key, enc key and optional LAN address,
+// signed by its host key, for pinning a peer that LAN pairing cannot reach. Make writes one, Parse
+// reads and checks one.
+package card
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"fmt"
 	"time"
 
+	"github.com/agentmbx/agentmbx/api"
 	"github.com/agentmbx/agentmbx/mbx"
 )
 
-// Host cards.
-//
 // A card introduces a host to another that cannot reach it for LAN pairing (another network, a
 // relay in between). It is a JSON object
 //
@@ -24,19 +25,19 @@ import (
 // through another channel (the CLI shows it first): the signature proves only that the card is
 // whole and made by the holder of the key it names, not who that is.
 const (
-	// CardType is the type field of a host card.
-	CardType = "host-card"
-	// CardSkew is how far a card's time may be ahead of the reader's clock.
-	CardSkew = 5 * time.Minute
-	// MaxCardBytes caps the size of a card ParseCard reads.
-	MaxCardBytes = 8 << 10
+	// Type is the type field of a host card.
+	Type = "host-card"
+	// Skew is how far a card's time may be ahead of the reader's clock.
+	Skew = 5 * time.Minute
+	// MaxBytes caps the size of a card Parse reads.
+	MaxBytes = 8 << 10
 
 	cardMaxAddrLen = 300
 	cardMaxTimeLen = 40
 	cardMaxSigLen  = 200
 )
 
-// cardBody is the signed part of a host card, in the order Card prints it.
+// cardBody is the signed part of a host card, in the order Make prints it.
 type cardBody struct {
 	V          int    `json:"v"`
 	Type       string `json:"type"`
@@ -52,20 +53,35 @@ type signedCard struct {
 	Sig  string   `json:"sig"`
 }
 
-// Card returns this host's signed host card: its name, host key, enc key, the LAN address addr
-// when not empty (host:port, as the peer should dial it) and the time, signed by the host key.
-// The JSON is indented for people and ends with a newline.
-func (h *Host) Card(_ context.Context, addr string) ([]byte, error) {
-	if addr != "" {
-		if err := mbx.CheckDialAddr(addr); err != nil {
-			return nil, fmt.Errorf("host: card: %w: %v", ErrInvalid, err)
-		}
-	}
-	return makeCard(h.name, h.key, h.enc.PublicKey(), addr, h.clock())
+// Card is what a host card says of its host.
+type Card struct {
+	Host       string
+	HostPubkey string
+	EncPub     string
+	Addr       string // "" when the card names none
 }
 
-func makeCard(host string, k mbx.SigningKey, encPub, addr string, now time.Time) ([]byte, error) {
-	c := cardBody{V: 1, Type: CardType, Host: host, HostPubkey: k.PublicKey(), EncPub: encPub, Addr: addr, At: mbx.ISOTime(now)}
+// Errors of Parse (api.CodedErrors: each names its control-socket code and a hint).
+var (
+	// ErrMalformed is returned by Parse for input that is not a v1 host card: not JSON, too
+	// large, unknown or missing fields, a bad host name, key, address or time. The message says
+	// which.
+	ErrMalformed = api.NewError(api.CodeBadRequest, "malformed host card",
+		"a card is the JSON that `agentmbx id --card` prints on the other host, unchanged")
+	// ErrSignature is returned by Parse when the card's host key did not sign the card as
+	// received.
+	ErrSignature = api.NewError(api.CodeRefused, "host card signature does not verify",
+		"the card was changed after it was made; ask for a fresh `agentmbx id --card`")
+	// ErrFuture is returned by Parse for a card made more than Skew after now (a clock far off on
+	// one side, or a forged time).
+	ErrFuture = api.NewError(api.CodeRefused, "host card is dated in the future",
+		"check the clocks of both hosts")
+)
+
+// Make returns the signed card of host (host key k, enc key encPub, LAN address addr when not
+// empty) made at now. The JSON is indented for people and ends with a newline.
+func Make(host string, k mbx.SigningKey, encPub, addr string, now time.Time) ([]byte, error) {
+	c := cardBody{V: 1, Type: Type, Host: host, HostPubkey: k.PublicKey(), EncPub: encPub, Addr: addr, At: mbx.ISOTime(now)}
 	in, err := mbx.Canonical(c)
 	if err != nil {
 		return nil, fmt.Errorf("host: card: %w", err)
@@ -80,18 +96,17 @@ func makeCard(host string, k mbx.SigningKey, encPub, addr string, now time.Time)
 	return buf.Bytes(), nil
 }
 
-// ParseCard reads a host card and returns the peer it describes (AddedAt is left zero). It
-// refuses, with ErrCardMalformed, anything but a v1 host card with exactly the fields above (a
+// Parse reads a host card and returns what it says. It refuses, with ErrMalformed, anything but a v1 host card with exactly the fields above (a
 // valid host name, 32-byte keys in padded standard base64, a dialable host:port, an ISO-8601
-// time); with ErrCardSignature a card its own host key did not sign as received; and with
-// ErrCardFuture a card dated more than CardSkew after now. Any whitespace and key order is
+// time); with ErrSignature a card its own host key did not sign as received; and with ErrFuture a
+// card dated more than Skew after now. Any whitespace and key order is
 // accepted: the signature covers the canonical form.
-func ParseCard(data []byte, now time.Time) (PeerRecord, error) {
-	bad := func(what string) (PeerRecord, error) {
-		return PeerRecord{}, fmt.Errorf("host: parse card: %w: %s", ErrCardMalformed, what)
+func Parse(data []byte, now time.Time) (Card, error) {
+	bad := func(what string) (Card, error) {
+		return Card{}, fmt.Errorf("host: parse card: %w: %s", ErrMalformed, what)
 	}
-	if len(data) > MaxCardBytes {
-		return bad(fmt.Sprintf("larger than %d bytes", MaxCardBytes))
+	if len(data) > MaxBytes {
+		return bad(fmt.Sprintf("larger than %d bytes", MaxBytes))
 	}
 	tree, err := mbx.ParseJSON(data)
 	if err != nil {
@@ -112,7 +127,7 @@ func ParseCard(data []byte, now time.Time) (PeerRecord, error) {
 	if v, ok := card["v"].(json.Number); !ok || v.String() != "1" {
 		return bad("card: version (want v 1)")
 	}
-	if t, _ := card["type"].(string); t != CardType {
+	if t, _ := card["type"].(string); t != Type {
 		return bad(`card: type (want "host-card")`)
 	}
 	var c cardBody
@@ -147,12 +162,12 @@ func ParseCard(data []byte, now time.Time) (PeerRecord, error) {
 	}
 	in, err := mbx.Canonical(card)
 	if err != nil || !mbx.Verify(c.HostPubkey, in, sig) {
-		return PeerRecord{}, fmt.Errorf("host: parse card of %s (%s): %w", c.Host, mbx.Fingerprint(c.HostPubkey), ErrCardSignature)
+		return Card{}, fmt.Errorf("host: parse card of %s (%s): %w", c.Host, mbx.Fingerprint(c.HostPubkey), ErrSignature)
 	}
-	if at.After(now.Add(CardSkew)) {
-		return PeerRecord{}, fmt.Errorf("host: parse card of %s: %w (at %s)", c.Host, ErrCardFuture, mbx.ISOTime(at))
+	if at.After(now.Add(Skew)) {
+		return Card{}, fmt.Errorf("host: parse card of %s: %w (at %s)", c.Host, ErrFuture, mbx.ISOTime(at))
 	}
-	return PeerRecord{Host: c.Host, HostPubkey: c.HostPubkey, EncPub: c.EncPub, Addr: c.Addr}, nil
+	return Card{Host: c.Host, HostPubkey: c.HostPubkey, EncPub: c.EncPub, Addr: c.Addr}, nil
 }
 
 // cardOnlyKeys reports whether m has every one of keys except possibly "addr", and nothing else.
