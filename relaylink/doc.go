@@ -12,6 +12,9 @@
 //   - Pusher: an outbox.Sender that pushes rows' stored bytes and turns the relay's answers
 //     (accept statements, rejections) into outbox.Outcomes; VerifyAcceptance is the check of an
 //     accept statement against the row as stored, repeated where the outcome is recorded.
+//   - Pacer: the one way a Link's Pushers reach the relay: a token bucket under the relay's
+//     announced pushes_per_minute, and rows handed in while a push is in flight coalesced into
+//     the next request (pace.go).
 //   - Source: the relay client as the Relay an inbox.Receiver pulls from, with the client's
 //     errors read into the ones the Receiver acts on (ReceiverError).
 //
