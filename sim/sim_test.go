@@ -130,6 +130,9 @@ func TestSimIsDeterministic(t *testing.T) {
 		if a.Stats != b.Stats {
 			t.Errorf("seed %d: stats differ: %+v and %+v", seed, a.Stats, b.Stats)
 		}
+		if s := a.Stats; s.LostRequests == 0 || s.LostAnswers == 0 || s.Duplicated == 0 || s.HostCrashes == 0 || s.RelayCrashes == 0 || s.Restores == 0 {
+			t.Errorf("seed %d: the run met not every kind of fault, so it proves little: %+v", seed, s)
+		}
 		other := runSeed(t, Config{Seed: seed + 1})
 		if other.Hash == a.Hash {
 			t.Errorf("seeds %d and %d gave the same trace", seed, seed+1)
