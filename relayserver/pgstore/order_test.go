@@ -2,11 +2,15 @@ package pgstore
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/agentmbx/agentmbx/relayserver"
 	"github.com/agentmbx/agentmbx/relayserver/internal/storekit"
@@ -54,8 +58,10 @@ func replicaStores(t *testing.T, n int) []*Store {
 // can while one puller, going round the stores, pulls after what it acked and acks each page at
 // once. It returns the problems the puller saw: accepted items it never got (a seq that
 // committed after a higher one was pulled ends below the ack point), items seen twice or at
-// another seq than their push was told, and seqs out of order.
-func orderStress(t *testing.T, stores []relayserver.Store, pushers, perPusher int) (problems []string, pulled int) {
+// another seq than their push was told, and seqs out of order. A failed push fails the test,
+// unless brokenStore: a deliberately broken store may deadlock in PostgreSQL (40P01) under load,
+// and its refused push is then logged and left out (it was never accepted, so never expected).
+func orderStress(t *testing.T, stores []relayserver.Store, pushers, perPusher int, brokenStore bool) (problems []string, pulled int) {
 	tgt := storetest.Key(1)
 	if err := stores[0].Update(ctx, func(tx relayserver.Tx) error {
 		return tx.PutEnrolment(relayserver.Enrolment{HostPubkey: tgt, HostName: "target", AuthorizedBy: "host-key",
@@ -81,6 +87,10 @@ func orderStress(t *testing.T, stores []relayserver.Store, pushers, perPusher in
 				id := fmt.Sprintf("p%d-%d", p, i)
 				at := storetest.T0.UnixMilli() + int64(i) - int64(p%3) // replicas' clocks disagree a little
 				seq, err := pushUnit(s, storetest.NewItem(tgt, sender, id, id, at))
+				if err != nil && brokenStore && isDeadlock(err) {
+					t.Logf("push %s to the broken store: %v (left out)", id, err)
+					continue
+				}
 				if err != nil {
 					t.Errorf("push %s: %v", id, err)
 					return
@@ -154,7 +164,7 @@ func orderStress(t *testing.T, stores []relayserver.Store, pushers, perPusher in
 // ends empty.
 func TestOrderingInvariantAcrossReplicas(t *testing.T) {
 	stores := replicaStores(t, 3)
-	problems, pulled := orderStress(t, []relayserver.Store{stores[0], stores[1], stores[2]}, 24, 60) // 1,440 items
+	problems, pulled := orderStress(t, []relayserver.Store{stores[0], stores[1], stores[2]}, 24, 60, false) // 1,440 items
 	if len(problems) > 0 {
 		t.Fatalf("%d problems, first: %v", len(problems), problems[:min(len(problems), 10)])
 	}
@@ -180,7 +190,7 @@ func TestOrderStressCatchesEarlySeqAllocation(t *testing.T) {
 		for i, s := range stores {
 			broken[i] = earlySeqStore{s}
 		}
-		problems, _ := orderStress(t, broken, 24, 15)
+		problems, _ := orderStress(t, broken, 24, 15, true)
 		if len(problems) > 0 {
 			t.Logf("attempt %d: the stress test saw %d problems with early allocation, e.g. %s", attempt, len(problems), problems[0])
 			return
@@ -230,4 +240,11 @@ INSERT INTO items(target_pubkey, seq, kind, item_id, sender_pubkey, wire_hash, b
 VALUES($3, $5, $8, $2, $1, $4, $7, $6, $9, $10)`, it.Sender, it.ItemID, it.Target, it.WireHash, seq,
 		storekit.MS(it.AcceptedAt), int64(len(it.Wire)), string(it.Kind), storekit.MS(it.ExpiresAt), it.Wire)
 	return seq, err
+}
+
+// isDeadlock reports whether PostgreSQL aborted a transaction as a deadlock victim (40P01). A
+// failed group commit carries the server's error as text only, hence the second test.
+func isDeadlock(err error) bool {
+	var pg *pgconn.PgError
+	return errors.As(err, &pg) && pg.Code == "40P01" || strings.Contains(err.Error(), "SQLSTATE 40P01")
 }
