@@ -58,11 +58,11 @@ func pairAll2(f *testing.F, a, b *Host) {
 
 func sealedForF(f *testing.F, from, to *Host) []byte {
 	f.Helper()
-	env, err := mbx.Build(mbx.Draft{From: "alice@" + from.Name(), To: []string{"bob@" + to.Name()}, Subject: "seed", Body: "seed"}, from.Now(), from.ulids)
+	env, err := mbx.Build(mbx.Draft{From: "alice@" + from.Name(), To: []string{"bob@" + to.Name()}, Subject: "seed", Body: "seed"}, from.clock(), from.ulids)
 	if err != nil {
 		f.Fatal(err)
 	}
-	_, wire, err := env.Seal(from.Rand(), to.EncKey().PublicKey(), from.Name(), from.Key())
+	_, wire, err := env.Seal(from.rand, to.EncKey().PublicKey(), from.Name(), from.Key())
 	if err != nil {
 		f.Fatal(err)
 	}

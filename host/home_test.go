@@ -132,8 +132,8 @@ func TestPinPeer(t *testing.T) {
 	if got.keyFor(k1.Fingerprint()) != k1.PublicKey() {
 		t.Error("retired key no longer verifies")
 	}
-	if byKey, err := a.PeerByKey(k1.PublicKey()); err != nil || byKey.Host != "beta" {
-		t.Errorf("PeerByKey(retired) = %+v, %v", byKey, err)
+	if byKey, err := a.peerByKey(k1.PublicKey()); err != nil || byKey.Host != "beta" {
+		t.Errorf("peerByKey(retired) = %+v, %v", byKey, err)
 	}
 	// The same key under another name, this host itself, bad records.
 	for name, tc := range map[string]struct {

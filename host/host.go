@@ -231,18 +231,6 @@ func (h *Host) Key() mbx.SigningKey { return h.key }
 // EncKey is this host's X25519 enc key.
 func (h *Host) EncKey() mbx.EncKey { return h.enc }
 
-// Dir is the host home.
-func (h *Host) Dir() string { return h.dir }
-
-// Now is the host's clock.
-func (h *Host) Now() time.Time { return h.clock() }
-
-// Rand is the host's randomness source (safe for concurrent use).
-func (h *Host) Rand() io.Reader { return h.rand }
-
-// Logger is the host's logger.
-func (h *Host) Logger() *slog.Logger { return h.log }
-
 // ListenAddr is the configured LAN listen address (from init), or "" when none was set.
 func (h *Host) ListenAddr() string {
 	h.mu.Lock()

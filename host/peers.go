@@ -106,7 +106,7 @@ func (h *Host) PinPeer(p PeerRecord) error {
 func (h *Host) afterPin(released int) {
 	h.relay.KeepSoon()
 	if released > 0 {
-		h.Wake()
+		h.wake()
 	} else {
 		h.kickOutbox()
 	}
@@ -205,8 +205,8 @@ func peerTx(tx *bbolt.Tx, host string) (PeerRecord, error) {
 	return p, nil
 }
 
-// PeerByKey returns the pinned peer whose current or retired host key is key.
-func (h *Host) PeerByKey(key string) (PeerRecord, error) {
+// peerByKey returns the pinned peer whose current or retired host key is key.
+func (h *Host) peerByKey(key string) (PeerRecord, error) {
 	var out PeerRecord
 	err := h.db.View(func(tx *bbolt.Tx) error {
 		ps, err := peersTx(tx)

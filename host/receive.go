@@ -203,10 +203,10 @@ func (h *Host) expandIncomingTx(tx *bbolt.Tx, to []string) ([]string, error) {
 	return out, nil
 }
 
-// Wake tells the host that mail was stored and receipts queued outside its own calls (the relay
+// wake tells the host that mail was stored and receipts queued outside its own calls (the relay
 // inbox, after committing commitEnvelopeTx or acceptReceiptTx): waiters look at their mailboxes
 // and the outbox loop runs.
-func (h *Host) Wake() {
+func (h *Host) wake() {
 	h.mail.notify()
 	h.kickOutbox()
 }

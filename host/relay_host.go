@@ -57,6 +57,7 @@ func (rh relayHost) Alert(tx *bbolt.Tx, row outbox.Row) error {
 }
 
 func (rh relayHost) KickOutbox()                  { rh.kickOutbox() }
+func (rh relayHost) Wake()                        { rh.wake() }
 func (rh relayHost) Answered(ctx context.Context) { rh.relayAnswered(ctx) }
 
 // senderPeerTx finds the pinned peer that pushed an item (by its current or a retired key).
@@ -136,7 +137,7 @@ func (rh relayHost) Envelope(tx *bbolt.Tx, it inbox.Item) (inbox.Verdict, error)
 	if err := failpoint.Inject(FailRelayHandledBeforeCommit); err != nil {
 		return inbox.Verdict{}, err
 	}
-	tx.OnCommit(h.Wake)
+	tx.OnCommit(h.wake)
 	return inbox.Accepted(), nil
 }
 

@@ -56,7 +56,7 @@ func (p pairPins) PinnedKey(name string) (string, error) {
 }
 
 func (p pairPins) PinnedName(key string) (string, error) {
-	rec, err := p.h.PeerByKey(key)
+	rec, err := p.h.peerByKey(key)
 	if errors.Is(err, ErrUnpaired) {
 		return "", nil
 	}
