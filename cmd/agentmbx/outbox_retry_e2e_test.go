@@ -30,7 +30,7 @@ func TestE2EOutboxRetry(t *testing.T) {
 		!strings.Contains(w, "no relay is set to go around it; next attempt at ") {
 		t.Fatalf("waiting = %q", w)
 	}
-	if out := a.must("outbox"); !regexp.MustCompile(`(?m)^` + id + ` +beta +pending +lan +\d+ +\S+ +beta unreachable on the LAN .*; next attempt at \S+$`).MatchString(out) {
+	if out := a.must("outbox"); !regexp.MustCompile(`(?m)^` + id + `\tbeta\tpending\tlan\t\d+\t\S+\tbeta unreachable on the LAN .*; next attempt at \S+$`).MatchString(out) {
 		t.Fatalf("outbox table:\n%s", out)
 	}
 	if out := a.must("outbox", "retry", id); !strings.HasPrefix(out, "1 rows due now\n") {

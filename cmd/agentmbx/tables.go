@@ -1,15 +1,13 @@
 package main
 
 // The list tables of the host commands (inbox, outbox, sent, thread, peers, agents, quarantine):
-// on a terminal a lipgloss table fitted to its width, elsewhere plain aligned text.
+// on a terminal a lipgloss table fitted to its width, elsewhere tab-separated plain text.
 
 import (
-	"fmt"
 	"io"
 	"os"
 	"strconv"
 	"strings"
-	"text/tabwriter"
 
 	"github.com/charmbracelet/lipgloss"
 	lgtable "github.com/charmbracelet/lipgloss/table"
@@ -113,15 +111,18 @@ func (t tbl) cells() [][]string {
 	return out
 }
 
-// plainTable writes aligned columns (two spaces apart) with no escape codes: what scripts and
-// agents read.
+// plainTable writes tab-separated lines, the header first, with no escape codes: what scripts
+// and agents read (cells hold no tab or newline: cells turned control characters into spaces).
 func plainTable(w io.Writer, header []string, rows [][]string) error {
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, strings.Join(header, "\t"))
+	var b strings.Builder
+	b.WriteString(strings.Join(header, "\t"))
+	b.WriteByte('\n')
 	for _, r := range rows {
-		fmt.Fprintln(tw, strings.Join(r, "\t"))
+		b.WriteString(strings.Join(r, "\t"))
+		b.WriteByte('\n')
 	}
-	return tw.Flush()
+	_, err := io.WriteString(w, b.String())
+	return err
 }
 
 // styled renders a lipgloss table: a bold header over a rule, columns two spaces apart, the

@@ -30,20 +30,20 @@ func render(t *testing.T, tb tbl, out tableOut) string {
 	return b.String()
 }
 
-// Piped (not a terminal): aligned plain text, no escape codes, the whole column on its line,
+// Piped (not a terminal): tab-separated plain text, no escape codes, the whole column on its line,
 // control characters as spaces, "-" for empty, other cells cut at 60 characters.
 func TestTablePiped(t *testing.T) {
 	tb := sampleTable()
 	tb.rows = append(tb.rows, []string{"01JA0000000000000000000002", strings.Repeat("h", 70), "pending", "x"})
 	got := render(t, tb, tableOut{})
 	lines := strings.Split(strings.TrimSuffix(got, "\n"), "\n")
-	if len(lines) != 4 || !strings.HasPrefix(lines[0], "MSG_ID                      HOST") || !strings.HasSuffix(lines[1], "  "+longErr) {
+	if len(lines) != 4 || lines[0] != "MSG_ID\tHOST\tSTATE\tLAST_ERROR" || !strings.HasSuffix(lines[1], "\t"+longErr) {
 		t.Fatalf("piped table:\n%s", got)
 	}
-	if !strings.Contains(lines[2], "gamma line") || !strings.HasSuffix(lines[2], "done     -") {
+	if !strings.Contains(lines[2], "gamma line") || !strings.HasSuffix(lines[2], "\tdone\t-") {
 		t.Fatalf("row 2 = %q", lines[2])
 	}
-	if !strings.Contains(lines[3], strings.Repeat("h", 59)+"…  pending") {
+	if !strings.Contains(lines[3], strings.Repeat("h", 59)+"…\tpending") {
 		t.Fatalf("row 3 = %q, want the host cut at 60 characters", lines[3])
 	}
 	if strings.Contains(got, "\x1b") {
