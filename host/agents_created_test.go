@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/agentmbx/agentmbx/api"
-	"github.com/agentmbx/agentmbx/client"
 )
 
 // TestAgentCreatedByIncomingMail: mail from a peer for a name beta never registered is kept in a
@@ -21,16 +20,8 @@ func TestAgentCreatedByIncomingMail(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	ca, err := client.Dial(ctx, a.home)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ca.Close()
-	cb, err := client.Dial(ctx, b.home)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cb.Close()
+	ca := dialDaemon(t, a.home)
+	cb := dialDaemon(t, b.home)
 	if _, err := cb.AddAgent(ctx, api.Agent{Name: "bob"}); err != nil {
 		t.Fatal(err)
 	}

@@ -81,16 +81,8 @@ func TestDaemonsDeliverThroughSockets(t *testing.T) {
 	}
 
 	ctx := context.Background()
-	ca, err := client.Dial(ctx, a.home)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ca.Close()
-	cb, err := client.Dial(ctx, b.home)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cb.Close()
+	ca := dialDaemon(t, a.home)
+	cb := dialDaemon(t, b.home)
 	st, err := ca.Status(ctx)
 	if err != nil || !st.Daemon || st.Host != "alpha" || st.Peers != 1 {
 		t.Fatalf("status = %+v, %v", st, err)

@@ -16,6 +16,7 @@ import (
 	"go.etcd.io/bbolt"
 
 	"github.com/agentmbx/agentmbx/api"
+	"github.com/agentmbx/agentmbx/client"
 	"github.com/agentmbx/agentmbx/internal/testkit"
 	"github.com/agentmbx/agentmbx/outbox"
 )
@@ -259,3 +260,14 @@ func isErr(err, target error) bool { return errors.Is(err, target) }
 
 // noJitter turns the outbox's backoff jitter off, so tests can step the clock by the schedule.
 func noJitter() float64 { return 0.5 }
+
+// dialDaemon connects to the daemon serving home; the connection closes when the test ends.
+func dialDaemon(t *testing.T, home string) *client.Client {
+	t.Helper()
+	c, err := client.Dial(context.Background(), home)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}

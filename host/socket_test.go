@@ -15,16 +15,8 @@ func TestPairingThroughDaemonSockets(t *testing.T) {
 	a, b := startDaemon(t, "alpha"), startDaemon(t, "beta")
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	ca, err := client.Dial(ctx, a.home)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ca.Close()
-	cb, err := client.Dial(ctx, b.home)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cb.Close()
+	ca := dialDaemon(t, a.home)
+	cb := dialDaemon(t, b.home)
 
 	token, err := ca.StartPairing(ctx, 0)
 	if err != nil {
