@@ -6,8 +6,8 @@ import "github.com/agentmbx/agentmbx/api"
 // and what a person can do about it. Match them with errors.Is.
 var (
 	// ErrInvalid is returned by Set for malformed input (a bad URL, key, CA or token file); the
-	// message says which. package host uses this same value for all its bad input.
-	ErrInvalid = api.NewError(api.CodeBadRequest, "invalid input", "")
+	// message says which. It is api.ErrInvalid, the host's error for all bad input.
+	ErrInvalid = api.ErrInvalid
 	// ErrNoRelay is returned when an operation needs a pinned relay and none is set.
 	ErrNoRelay = api.NewError(api.CodeNotFound, "no relay is set",
 		"pin one with `agentmbx relay set URL [--key FINGERPRINT]`")
@@ -25,6 +25,7 @@ var (
 	ErrRelayStopped = api.NewError(api.CodeRefused, "relay use stopped: the relay serves another key than the pinned one",
 		"if the relay really has a new key, check its fingerprint and confirm it with `agentmbx relay set URL --key FINGERPRINT`")
 
-	// errCorrupt is returned when the relay record cannot be decoded (as the host's ErrCorrupt).
-	errCorrupt = api.NewError(api.CodeInternal, "host store record is corrupt", "")
+	// errCorrupt is returned when the relay record cannot be decoded (api.ErrCorrupt, as the
+	// rest of the host's store).
+	errCorrupt = api.ErrCorrupt
 )

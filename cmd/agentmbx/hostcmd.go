@@ -21,6 +21,7 @@ import (
 	"github.com/agentmbx/agentmbx/api"
 	"github.com/agentmbx/agentmbx/client"
 	"github.com/agentmbx/agentmbx/host"
+	"github.com/agentmbx/agentmbx/host/card"
 )
 
 // openRetry is how long a command keeps trying to reach a host whose store is locked but whose
@@ -59,7 +60,7 @@ func openHost(ctx context.Context, cmd *cobra.Command, homeFlag string) (*conn, 
 		if err == nil {
 			return &conn{Service: h, host: h}, nil
 		}
-		if !errors.Is(err, host.ErrLocked) || time.Now().After(deadline) {
+		if !errors.Is(err, api.ErrLocked) || time.Now().After(deadline) {
 			return nil, explain(err)
 		}
 		select {
@@ -166,18 +167,18 @@ var hints = []struct {
 	err  error
 	hint string
 }{
-	{host.ErrNotInitialized, "create the host with `agentmbx init --host NAME`, or point --home (or $" + host.EnvHome + ") at its home"},
-	{host.ErrExists, "this home already has a host identity; give another --home to create a new host"},
-	{host.ErrLocked, "another agentmbx process holds the store; if the daemon is starting, retry in a moment"},
-	{host.ErrUnknownHost, "pin that host first (`agentmbx pair` and `agentmbx join`, or `agentmbx peers add CARD`); `agentmbx peers` lists the pinned ones"},
-	{host.ErrNoRecipients, "register the agent with `agentmbx agents add NAME`, or address a paired host as name@host"},
-	{host.ErrReserved, "the name mbx belongs to the host's own alerts; choose another agent name"},
-	{host.ErrPeerKeyMismatch, "a host of that name is pinned with another key; if it really got a new identity, `agentmbx peers remove HOST` first"},
-	{host.ErrPeerKeyInUse, "that key is pinned under another name; `agentmbx peers` shows which"},
-	{host.ErrSelf, "that is this host's own card or name"},
-	{host.ErrCardSignature, "the card was changed after it was signed; ask its host for a fresh `agentmbx id --card`"},
-	{host.ErrCardMalformed, "a card is the JSON that `agentmbx id --card` prints on the other host"},
-	{host.ErrCardFuture, "the card is dated ahead of this host's clock; check the clocks of both hosts"},
+	{api.ErrNotInitialized, "create the host with `agentmbx init --host NAME`, or point --home (or $" + host.EnvHome + ") at its home"},
+	{api.ErrHostExists, "this home already has a host identity; give another --home to create a new host"},
+	{api.ErrLocked, "another agentmbx process holds the store; if the daemon is starting, retry in a moment"},
+	{api.ErrUnknownHost, "pin that host first (`agentmbx pair` and `agentmbx join`, or `agentmbx peers add CARD`); `agentmbx peers` lists the pinned ones"},
+	{api.ErrNoRecipients, "register the agent with `agentmbx agents add NAME`, or address a paired host as name@host"},
+	{api.ErrReserved, "the name mbx belongs to the host's own alerts; choose another agent name"},
+	{api.ErrPeerKeyMismatch, "a host of that name is pinned with another key; if it really got a new identity, `agentmbx peers remove HOST` first"},
+	{api.ErrPeerKeyInUse, "that key is pinned under another name; `agentmbx peers` shows which"},
+	{api.ErrSelf, "that is this host's own card or name"},
+	{card.ErrSignature, "the card was changed after it was signed; ask its host for a fresh `agentmbx id --card`"},
+	{card.ErrMalformed, "a card is the JSON that `agentmbx id --card` prints on the other host"},
+	{card.ErrFuture, "the card is dated ahead of this host's clock; check the clocks of both hosts"},
 	{api.ErrPairBusy, "another `agentmbx pair` is waiting; finish it or let its token expire"},
 	{api.ErrPairExpired, "start again with `agentmbx pair` and use its new token"},
 	{api.ErrPairToken, "check the token `agentmbx pair` printed on the other host"},
