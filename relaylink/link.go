@@ -211,14 +211,14 @@ func (l *Link) Drop() {
 }
 
 // failed looks at an error of a relay operation: a changed relay key stops relay use (and is
-// recorded for the owner), a refused hop asks for a re-enrolment. It records the problem of op
+// recorded for the owner), a refused hop (401, or 403: revoked or denied) asks for a re-enrolment. It records the problem of op
 // and returns err.
 func (l *Link) failed(c *Conn, op string, err error) error {
 	var kc *relayclient.KeyChangedError
 	if errors.As(err, &kc) {
 		l.keyChanged(c, kc)
 	}
-	if errors.Is(err, relayclient.ErrNotEnrolled) {
+	if errors.Is(err, relayclient.ErrNotEnrolled) || errors.Is(err, relayclient.ErrForbidden) {
 		poke(l.keep)
 	}
 	l.problem(c, op, err)

@@ -41,7 +41,7 @@ func (s Source) Ack(ctx context.Context, epoch string, through int64) (mbx.AckRe
 
 // ReceiverError is a relay client's error as an inbox.Receiver reads it: an *inbox.RelayError
 // whose Kind says what the relay answered (an epoch change with the relay's epoch, a rewind, a
-// changed key, a missing enrolment), with the relay's Retry-After, still wrapping err as it is.
+// changed key, a missing or revoked enrolment), with the relay's Retry-After, still wrapping err as it is.
 func ReceiverError(err error) error {
 	if err == nil {
 		return nil
@@ -55,7 +55,9 @@ func ReceiverError(err error) error {
 		re.Kind = inbox.ErrRewound
 	case errors.Is(err, relayclient.ErrRelayKeyChanged):
 		re.Kind = inbox.ErrKeyChanged
-	case errors.Is(err, relayclient.ErrNotEnrolled):
+	case errors.Is(err, relayclient.ErrNotEnrolled), errors.Is(err, relayclient.ErrForbidden):
+		// A 403 (revoked or denied) asks for an enrolment too: it is refused while the deny list
+		// holds the host, and takes at once after the entry is removed.
 		re.Kind = inbox.ErrNotEnrolled
 	}
 	var se *relayclient.StatusError

@@ -12,8 +12,8 @@ import (
 )
 
 // TestReceiverErrors: the relay client's answers reach the receiver as the inbox errors it acts
-// on (an epoch change with the relay's epoch, a rewind, a changed key, a missing enrolment, a
-// Retry-After), and still match the client's own errors.
+// on (an epoch change with the relay's epoch, a rewind, a changed key, a missing or revoked
+// enrolment, a Retry-After), and still match the client's own errors.
 func TestReceiverErrors(t *testing.T) {
 	for _, c := range []struct {
 		name  string
@@ -26,6 +26,7 @@ func TestReceiverErrors(t *testing.T) {
 		{"bad ack", &relayclient.StatusError{Op: "ack", Status: 400, Code: mbx.CodeBadAck}, inbox.ErrRewound, "", 0},
 		{"key changed", &relayclient.KeyChangedError{URL: "https://relay.example"}, inbox.ErrKeyChanged, "", 0},
 		{"not enrolled", &relayclient.StatusError{Op: "pull", Status: http.StatusUnauthorized}, inbox.ErrNotEnrolled, "", 0},
+		{"revoked or denied", &relayclient.StatusError{Op: "pull", Status: http.StatusForbidden}, inbox.ErrNotEnrolled, "", 0},
 		{"busy", &relayclient.StatusError{Op: "pull", Status: 429, RetryAfter: 30 * time.Second}, nil, "", 30 * time.Second},
 	} {
 		err := ReceiverError(c.err)
