@@ -8,12 +8,12 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"strconv"
 	"sync"
 	"time"
 
 	"github.com/agentmbx/agentmbx/api"
 	"github.com/agentmbx/agentmbx/internal/logkey"
+	"github.com/agentmbx/agentmbx/lan"
 	"github.com/agentmbx/agentmbx/relaylink"
 )
 
@@ -109,17 +109,14 @@ func RunDaemon(ctx context.Context, dir string, opts DaemonOptions) (err error) 
 	errc := make(chan error, 2)
 	go func() { errc <- serveErr("control socket", sockSrv.Serve(sockLn)) }()
 	loopCtx, cancelLoop := context.WithCancel(ctx)
-	lb := &lanBinder{h: h, addr: listen, addrFile: opts.AddrFile, srv: lanSrv, errc: errc, first: opts.LANRetry}
-	if lb.first <= 0 {
-		lb.first = DefaultLANRetry
-	}
+	lb := h.newBinding(listen, opts, lanSrv, errc)
 	bindDone := make(chan struct{})
-	if err := lb.bind(); err != nil {
+	if err := lb.Bind(); err != nil {
 		h.log.Warn("LAN listener: bind failed; the daemon runs without it (local and relay mail go on) and retries",
 			logkey.LAN, listen, logkey.Err, err)
 		go func() {
 			defer close(bindDone)
-			lb.retry(loopCtx)
+			lb.Retry(loopCtx)
 		}()
 	} else {
 		close(bindDone)
@@ -130,11 +127,11 @@ func RunDaemon(ctx context.Context, dir string, opts DaemonOptions) (err error) 
 	}
 	relayWait = max(relayWait, 0)
 	loopDone := make(chan struct{})
-	h.startProbes(loopCtx)
-	h.probeWaiting(loopCtx)
+	h.probes.Start(loopCtx)
+	h.probes.Waiting(loopCtx, h.ob)
 	go func() {
 		defer close(loopDone)
-		defer h.stopProbes()
+		defer h.probes.Stop()
 		var wg sync.WaitGroup
 		wg.Add(2)
 		go func() {
@@ -148,9 +145,7 @@ func RunDaemon(ctx context.Context, dir string, opts DaemonOptions) (err error) 
 		h.runOutbox(loopCtx, tick)
 		wg.Wait()
 	}()
-	h.mu.Lock()
-	bound := h.bound
-	h.mu.Unlock()
+	bound, _, _ := lb.State()
 	h.log.Info("daemon running", logkey.Host, h.name, logkey.Fingerprint, h.key.Fingerprint(), logkey.LAN, bound, logkey.Socket, sockPath)
 	if opts.Ready != nil {
 		opts.Ready(h)
@@ -176,7 +171,7 @@ func RunDaemon(ctx context.Context, dir string, opts DaemonOptions) (err error) 
 	<-loopDone
 	h.sends.Wait()
 	h.mu.Lock()
-	h.daemon, h.bound, h.lanPort, h.lanErr = false, "", 0, ""
+	h.daemon, h.bind = false, nil
 	h.mu.Unlock()
 	h.log.Info("daemon stopped")
 	return runErr
@@ -189,11 +184,19 @@ func serveErr(what string, err error) error {
 	return fmt.Errorf("host: daemon: %s: %w", what, err)
 }
 
-// dialable is a bound address as a peer on this machine can dial it.
-func dialable(a *net.TCPAddr) string {
-	ip := a.IP
-	if ip == nil || ip.IsUnspecified() {
-		return net.JoinHostPort("127.0.0.1", strconv.Itoa(a.Port))
+// newBinding is the daemon's LAN listener (package lan), serving lanSrv once bound; the host
+// reads its state (status, the port hint) while the daemon runs.
+func (h *Host) newBinding(listen string, opts DaemonOptions, lanSrv *http.Server, errc chan<- error) *lan.Binding {
+	first := opts.LANRetry
+	if first <= 0 {
+		first = DefaultLANRetry
 	}
-	return net.JoinHostPort(ip.String(), strconv.Itoa(a.Port))
+	b := lan.NewBinding(lan.BindConfig{Addr: listen, AddrFile: opts.AddrFile, FirstRetry: first, Logger: h.log,
+		Serve: func(ln net.Listener) {
+			go func() { errc <- serveErr("LAN server", lanSrv.Serve(h.lanSrv.Limit(ln))) }()
+		}})
+	h.mu.Lock()
+	h.bind = b
+	h.mu.Unlock()
+	return b
 }

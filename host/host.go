@@ -13,6 +13,7 @@ import (
 
 	"go.etcd.io/bbolt"
 
+	"github.com/agentmbx/agentmbx/host/ops"
 	"github.com/agentmbx/agentmbx/inbox"
 	"github.com/agentmbx/agentmbx/lan"
 	"github.com/agentmbx/agentmbx/mbx"
@@ -80,16 +81,14 @@ type Host struct {
 	relay  *relaylink.Link  // the relay in use (relay_host.go)
 	pair   *pairing.Service // LAN pairing (socket.go)
 	rot    rotationRuntime  // this host's own key rotation (rotate.go)
-	ops    opsCounters      // counters and the readiness probe (ops.go)
-	probes lanProbes        // probes of silent peers' LAN addresses (lan_probe.go)
+	ops    *ops.Ops         // counters, readiness, metrics (package host/ops; opsview.go)
+	probes *lan.Prober      // probes of silent peers' LAN addresses (lan.go)
 	quiet  lanQuiet         // since when peers' LAN addresses give no answer (outbox_wait.go)
 
 	mu       sync.Mutex
-	listen   string // configured listen address (meta)
-	lanPort  int    // the bound LAN port while the daemon runs (x-mbx-port hint)
-	bound    string // the bound LAN address while the daemon runs
-	lanErr   string // why the daemon's LAN bind failed, while it retries (lan_bind.go)
-	daemon   bool   // true while RunDaemon serves this host
+	listen   string       // configured listen address (meta)
+	bind     *lan.Binding // the daemon's LAN listener while it runs (daemon.go)
+	daemon   bool         // true while RunDaemon serves this host
 	closed   bool
 	inflight map[string]bool      // hosts with a send in flight (set and cleared by passes)
 	lanDown  map[string]time.Time // when a peer's LAN address last failed to answer (transport.go)
@@ -202,6 +201,7 @@ func Open(dir string, opts *Options) (*Host, error) {
 		Name: h.name, Key: h.key, EncPub: h.enc.PublicKey(), Clock: o.Clock, Logger: o.Logger, Host: relayHost{h},
 		Hold: h.relayHold, Client: o.RelayClient})
 	h.newLAN()
+	h.ops = h.newOps()
 	h.pair = h.newPairing()
 	return h, nil
 }

@@ -1,6 +1,7 @@
 package host
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -8,6 +9,9 @@ import (
 	"net/http"
 	"strconv"
 
+	"go.etcd.io/bbolt"
+
+	"github.com/agentmbx/agentmbx/internal/logkey"
 	"github.com/agentmbx/agentmbx/internal/version"
 	"github.com/agentmbx/agentmbx/lan"
 	"github.com/agentmbx/agentmbx/mbx"
@@ -18,11 +22,25 @@ import (
 // serves it; a command that pairs without a daemon serves it for the session.
 func (h *Host) LANMux() *http.ServeMux { return h.lanSrv.Mux() }
 
+// probeSchedule is the schedule of the probes of silent peers (a variable for tests).
+var probeSchedule = lan.DefaultProbeSchedule
+
 func (h *Host) newLAN() {
 	h.lanSrv = lan.NewServer(lanHost{h}, lan.ServerOptions{Clock: h.clock, Logger: h.log, Version: version.String()})
 	h.lanSrv.HandleRotations(lanHost{h})
-	h.senders = map[outbox.Transport]outbox.Sender{outbox.TransportLAN: lan.NewTransport(lan.TransportConfig{
-		Identity: h, HTTPClient: h.client, Clock: h.clock, Port: h.lanPortHint})}
+	tr := lan.NewTransport(lan.TransportConfig{Identity: h, HTTPClient: h.client, Clock: h.clock, Port: h.lanPortHint})
+	h.senders = map[outbox.Transport]outbox.Sender{outbox.TransportLAN: tr}
+	h.probes = lan.NewProber(lan.ProberConfig{Transport: tr, Peer: lanHost{h}.Peer, Schedule: probeSchedule,
+		Clock: h.clock, Logger: h.log,
+		Up: func(host string) bool { return h.isLinkUp(linkOf(outbox.TransportLAN, host)) },
+		Answered: func(ctx context.Context, host string) {
+			// The peer answers again: the rows waiting for it become due at once (flush.go).
+			if err := h.db.Update(func(tx *bbolt.Tx) error {
+				return h.flushTx(tx, linkOf(outbox.TransportLAN, host), outbox.TransportLAN, host)
+			}); err != nil && ctx.Err() == nil {
+				h.log.Warn("flushing a peer's waiting outbox rows", logkey.Peer, host, logkey.Err, err)
+			}
+		}})
 }
 
 // outboxPeer is p as the outbox's senders see it.
@@ -82,11 +100,22 @@ func (l lanHost) ReceiveReceipts(p outbox.Peer, items []json.RawMessage) ([]mbx.
 
 func (l lanHost) PeerReached(p outbox.Peer) { l.lanUp(p.Host) }
 
+// lanBound is the daemon's bound LAN address and port ("" and 0 when no daemon listens), and
+// why its LAN bind failed while it retries.
+func (h *Host) lanBound() (bound string, port int, bindErr string) {
+	h.mu.Lock()
+	b := h.bind
+	h.mu.Unlock()
+	if b == nil {
+		return "", 0, ""
+	}
+	return b.State()
+}
+
 // lanPortHint is the port the daemon listens on (sent as the unsigned x-mbx-port hint), or 0.
 func (h *Host) lanPortHint() int {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return h.lanPort
+	_, port, _ := h.lanBound()
+	return port
 }
 
 // clip shortens outside input for an error message.

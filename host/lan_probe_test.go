@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentmbx/agentmbx/lan"
 	"github.com/agentmbx/agentmbx/outbox"
 )
 
@@ -13,16 +14,16 @@ import (
 // the peer's return is noticed by a probe and its rows become due at once, then delivered.
 // Cost: well under a second (the probe schedule is shortened).
 func TestLANProbeFlushesWhenThePeerAnswers(t *testing.T) {
-	first, most := lanProbeFirst, lanProbeMax
-	lanProbeFirst, lanProbeMax = 20*time.Millisecond, 100*time.Millisecond
-	t.Cleanup(func() { lanProbeFirst, lanProbeMax = first, most })
+	saved := probeSchedule
+	probeSchedule = lan.ProbeSchedule{First: 20 * time.Millisecond, Max: 100 * time.Millisecond}
+	t.Cleanup(func() { probeSchedule = saved })
 
 	clock := newClock()
 	a, b := newTestHost(t, "alpha", clock), newTestHost(t, "beta", clock)
 	pairAll(t, a, b)
 	ctx, cancel := context.WithCancel(context.Background())
-	a.startProbes(ctx)
-	t.Cleanup(func() { cancel(); a.stopProbes() })
+	a.probes.Start(ctx)
+	t.Cleanup(func() { cancel(); a.probes.Stop() })
 
 	addr := b.addr
 	b.stop()

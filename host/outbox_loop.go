@@ -264,7 +264,7 @@ func (h *Host) record(ctx context.Context, host string, rows []outbox.Row, out [
 			tx.OnCommit(func() {
 				h.setLinkUp(link, false)
 				if tr == outbox.TransportLAN && unreachable(out) {
-					h.lanSilent(host)
+					h.probes.Silent(host)
 				}
 			})
 		}
@@ -312,7 +312,7 @@ func (h *Host) record(ctx context.Context, host string, rows []outbox.Row, out [
 				o.Kind = outbox.OutcomeFailed
 			}
 			kind := o.Kind // counted once committed, also when a receipt settled the row first
-			tx.OnCommit(func() { h.ops.countOutcome(tr, kind) })
+			tx.OnCommit(func() { h.ops.Outcome(tr, kind) })
 			if errors.Is(err, outbox.ErrTransition) || errors.Is(err, outbox.ErrNotFound) {
 				// Settled by a receipt (or swept) while the attempt ran: nothing to record.
 				h.log.Debug("outbox outcome not recorded", logkey.Row, r.Key().String(), logkey.Err, err)

@@ -177,7 +177,7 @@ func (h *Host) acceptReceiptTx(tx *bbolt.Tx, item []byte, hop string) (itemID st
 	if err := tx.Bucket(bucketMeta).Put(heardKey(host), []byte(mbx.ISOTime(h.clock()))); err != nil {
 		return itemID, "", err
 	}
-	tx.OnCommit(func() { h.ops.receipts.Add(1) })
+	tx.OnCommit(func() { h.ops.Receipt() })
 	return itemID, receiptStatus(mbx.StatusAccepted), nil
 }
 

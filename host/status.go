@@ -127,11 +127,12 @@ func (h *Host) Status(ctx context.Context) (api.Status, error) {
 	st := api.Status{Host: h.name, HostPubkey: h.key.PublicKey(), Fingerprint: h.key.Fingerprint(), Version: version.String()}
 	h.mu.Lock()
 	st.Listen, st.Daemon = h.listen, h.daemon
-	if h.bound != "" {
-		st.Listen = h.bound
-	}
-	st.LANError = h.lanErr
 	h.mu.Unlock()
+	bound, _, bindErr := h.lanBound()
+	if bound != "" {
+		st.Listen = bound
+	}
+	st.LANError = bindErr
 	err := h.db.View(func(tx *bbolt.Tx) error {
 		st.Peers = tx.Bucket(bucketPeers).Stats().KeyN
 		st.Agents = tx.Bucket(bucketAgents).Stats().KeyN

@@ -16,4 +16,9 @@
 // batch refused as too large or malformed is split to find the one item the peer cannot take; an
 // attempt that got no answer at all is marked Unreachable. It records nothing: the outbox loop
 // does.
+//
+// Around them: a daemon's LAN listener (Binding: bound with jittered backoff while the port is
+// taken, the rest of the daemon serving meanwhile) and the probes of silent peers (Prober: a peer
+// whose address gave no answer is asked for its status on a backoff schedule, and the host is told
+// when it answers, to make its waiting rows due).
 package lan

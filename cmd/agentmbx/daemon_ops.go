@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/agentmbx/agentmbx/host"
+	"github.com/agentmbx/agentmbx/host/ops"
 	"github.com/agentmbx/agentmbx/internal/fsutil"
 	"github.com/agentmbx/agentmbx/internal/logkey"
 )
@@ -48,7 +49,7 @@ func (d *daemonMetrics) start(h *host.Host) {
 		&hostCollector{h: h})
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError}))
-	d.srv = &http.Server{Handler: h.HealthHandler(mux), ReadHeaderTimeout: 10 * time.Second,
+	d.srv = &http.Server{Handler: h.Ops().Handler(mux), ReadHeaderTimeout: 10 * time.Second,
 		ReadTimeout: time.Minute, WriteTimeout: time.Minute}
 	go func() { _ = d.srv.Serve(ln) }()
 	addr := ln.Addr().String()
@@ -80,7 +81,7 @@ type hostCollector struct {
 
 	mu   sync.Mutex
 	at   time.Time
-	last host.OpsSnapshot
+	last ops.Snapshot
 	err  error
 }
 
@@ -124,7 +125,7 @@ func (c *hostCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	ch <- prometheus.MustNewConstMetric(descReceipts, prometheus.CounterValue, float64(s.ReceiptsApplied))
 	ch <- prometheus.MustNewConstMetric(descQuarantine, prometheus.GaugeValue, float64(s.Quarantined))
-	for _, st := range host.RelayLinkStates {
+	for _, st := range ops.RelayLinkStates {
 		v := 0.0
 		if st == s.RelayLink {
 			v = 1
@@ -136,7 +137,7 @@ func (c *hostCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
-func (c *hostCollector) snapshot() (host.OpsSnapshot, error) {
+func (c *hostCollector) snapshot() (ops.Snapshot, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if !c.at.IsZero() && time.Since(c.at) < time.Second {
@@ -144,7 +145,7 @@ func (c *hostCollector) snapshot() (host.OpsSnapshot, error) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	c.last, c.err = c.h.OpsSnapshot(ctx)
+	c.last, c.err = c.h.Ops().Snapshot(ctx)
 	c.at = time.Now()
 	return c.last, c.err
 }
