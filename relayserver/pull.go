@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -50,7 +51,9 @@ func (s *Server) handlePull(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	page, err := s.pullWait(r.Context(), caller.HostPubkey, after, int(limit), wait)
+	pb := pullPages.Get().(*PullBuf)
+	defer putPullBuf(pb)
+	page, err := s.pullWait(r.Context(), caller.HostPubkey, after, int(limit), wait, pb)
 	if err != nil {
 		if r.Context().Err() != nil {
 			return // the client went away: nobody to answer
@@ -75,6 +78,17 @@ func (s *Server) handlePull(w http.ResponseWriter, r *http.Request) {
 // pullBufs are the buffers pull answers are written into.
 var pullBufs = sync.Pool{New: func() any { return new([]byte) }}
 
+// pullPages are the buffers pull pages are read into.
+var pullPages = sync.Pool{New: func() any { return new(PullBuf) }}
+
+// putPullBuf returns b to pullPages, unless a huge page grew it.
+func putPullBuf(b *PullBuf) {
+	if cap(b.Wires) <= 4<<20 && cap(b.Items) <= 4096 {
+		b.Reset()
+		pullPages.Put(b)
+	}
+}
+
 // pullResponse is the answer to a pull that read page after the seq after.
 func pullResponse(epoch string, after int64, page Page) mbx.PullResponse {
 	resp := mbx.PullResponse{Epoch: epoch, HeadSeq: page.HeadSeq, Items: make([]mbx.PullItem, len(page.Items)),
@@ -94,14 +108,17 @@ func appendPullJSON(buf []byte, epoch string, after int64, page Page) ([]byte, b
 	if !plainJSON(epoch) {
 		return buf, false
 	}
+	buf = slices.Grow(buf, pullJSONSize(page))
 	last := after
 	buf = append(append(append(buf, `{"epoch":"`...), epoch...), `","head_seq":`...)
 	buf = strconv.AppendInt(buf, page.HeadSeq, 10)
 	buf = append(buf, `,"items":[`...)
+	var sender string // the last sender checked: a page's items mostly share a few
 	for i, it := range page.Items {
-		if !plainJSON(string(it.Kind)) || !plainJSON(it.ItemID) || !plainJSON(it.Sender) {
+		if !plainJSON(string(it.Kind)) || !plainJSON(it.ItemID) || (it.Sender != sender && !plainJSON(it.Sender)) {
 			return buf, false
 		}
+		sender = it.Sender
 		if i > 0 {
 			buf = append(buf, ',')
 		}
@@ -117,6 +134,15 @@ func appendPullJSON(buf []byte, epoch string, after int64, page Page) ([]byte, b
 	return append(buf, '}'), true
 }
 
+// pullJSONSize is about the length of the pull answer of page (exact for the wires).
+func pullJSONSize(page Page) int {
+	n := 128
+	for _, it := range page.Items {
+		n += 96 + len(it.Kind) + len(it.ItemID) + len(it.Sender) + base64.StdEncoding.EncodedLen(len(it.Wire))
+	}
+	return n
+}
+
 // plainJSON reports whether s is printable ASCII that no JSON encoder escapes.
 func plainJSON(s string) bool {
 	for i := 0; i < len(s); i++ {
@@ -127,18 +153,18 @@ func plainJSON(s string) bool {
 	return true
 }
 
-// pullWait reads a page of key's queue; when it is empty and wait > 0 it parks until an item for
-// key commits and reads again, until the page has items or the wait is over. The pull registers
-// before each read, so a commit after the read always wakes it (never a lost wakeup), and a
-// wake only ever follows a commit, so the read after it sees the item.
-func (s *Server) pullWait(ctx context.Context, key string, after int64, limit int, wait time.Duration) (Page, error) {
+// pullWait reads a page of key's queue into buf; when it is empty and wait > 0 it parks until an
+// item for key commits and reads again, until the page has items or the wait is over. The pull
+// registers before each read, so a commit after the read always wakes it (never a lost wakeup),
+// and a wake only ever follows a commit, so the read after it sees the item.
+func (s *Server) pullWait(ctx context.Context, key string, after int64, limit int, wait time.Duration, buf *PullBuf) (Page, error) {
 	var timeout <-chan time.Time
 	for {
 		var w *waiter
 		if wait > 0 {
 			w = s.polls.park(key)
 		}
-		page, err := pullPage(ctx, s.store, key, after, limit, s.lim.MaxPullBytes)
+		page, err := pullPage(ctx, s.store, key, after, limit, s.lim.MaxPullBytes, buf)
 		if err != nil || len(page.Items) > 0 || w == nil {
 			s.polls.leave(w)
 			return page, err

@@ -183,16 +183,36 @@ type Expiry interface {
 }
 
 // WirePuller is implemented by a Store that can read a page with only what a pull answer carries:
-// PullWires is Pull with Item.WireHash, AcceptedAt and ExpiresAt left zero (and Target set).
-// The pull handlers take it when the store has it.
+// PullWires is Pull with Item.WireHash, AcceptedAt and ExpiresAt left zero (and Target set), read
+// into buf, which it resets first (nil: fresh memory). The pull handlers take it when the store has it.
 type WirePuller interface {
-	PullWires(ctx context.Context, target string, after int64, limit int, maxBytes int64) (Page, error)
+	PullWires(ctx context.Context, target string, after int64, limit int, maxBytes int64, buf *PullBuf) (Page, error)
 }
 
-// pullPage reads a page for a pull answer, through PullWires when st has it.
-func pullPage(ctx context.Context, st Store, target string, after int64, limit int, maxBytes int64) (Page, error) {
+// PullBuf is memory a pull page is read into, reused from one pull to the next: a page read into
+// it (its Items and their Wire bytes) is valid until the buffer is read into again or reset.
+type PullBuf struct {
+	Items []Item
+	Wires []byte
+}
+
+// Reset empties b for the next page, keeping its memory.
+func (b *PullBuf) Reset() {
+	clear(b.Items) // no strings of the last page stay reachable through the pool
+	b.Items, b.Wires = b.Items[:0], b.Wires[:0]
+}
+
+// AddWire appends wire to b's wire bytes and returns the copy.
+func (b *PullBuf) AddWire(wire []byte) []byte {
+	start := len(b.Wires)
+	b.Wires = append(b.Wires, wire...)
+	return b.Wires[start:len(b.Wires):len(b.Wires)]
+}
+
+// pullPage reads a page for a pull answer into buf, through PullWires when st has it.
+func pullPage(ctx context.Context, st Store, target string, after int64, limit int, maxBytes int64, buf *PullBuf) (Page, error) {
 	if wp, ok := st.(WirePuller); ok {
-		return wp.PullWires(ctx, target, after, limit, maxBytes)
+		return wp.PullWires(ctx, target, after, limit, maxBytes, buf)
 	}
 	return st.Pull(ctx, target, after, limit, maxBytes)
 }

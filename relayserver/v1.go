@@ -287,7 +287,9 @@ func (s *Server) handleV1Pull(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, fmt.Errorf("%w: after must be a non-negative integer", ErrBadRequest))
 		return
 	}
-	p, err := pullPage(r.Context(), s.store, caller.HostPubkey, after, s.lim.MaxPull, s.lim.MaxPullBytes)
+	pb := pullPages.Get().(*PullBuf)
+	defer putPullBuf(pb)
+	p, err := pullPage(r.Context(), s.store, caller.HostPubkey, after, s.lim.MaxPull, s.lim.MaxPullBytes, pb)
 	if err != nil {
 		s.writeError(w, r, fmt.Errorf("v1 pull: %w", err))
 		return

@@ -9,7 +9,8 @@ import (
 	"github.com/agentmbx/agentmbx/relayserver"
 )
 
-// PullWires reads the pages Pull reads, items without their wire hash and times.
+// PullWires reads the pages Pull reads, items without their wire hash and times, into fresh
+// memory or into a buffer reused from page to page.
 func TestPullWiresIsPullWithoutHashAndTimes(t *testing.T) {
 	s := openT(t, t.TempDir())
 	kinds := []relayserver.Kind{relayserver.KindEnvelope, relayserver.KindReceipt, relayserver.KindExpired}
@@ -25,7 +26,8 @@ func TestPullWiresIsPullWithoutHashAndTimes(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	for _, c := range []struct {
+	var buf relayserver.PullBuf
+	for i, c := range []struct {
 		target          string
 		after           int64
 		limit           int
@@ -44,7 +46,11 @@ func TestPullWiresIsPullWithoutHashAndTimes(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		wires, err := s.PullWires(ctx, c.target, c.after, c.limit, c.maxBytes)
+		into := &buf
+		if i%2 == 1 {
+			into = nil
+		}
+		wires, err := s.PullWires(ctx, c.target, c.after, c.limit, c.maxBytes, into)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -74,7 +74,7 @@ func (s *Store) Head(ctx context.Context, target string) (relayserver.Head, erro
 // statements: the head, then the page in one pass that stops at the first item past the limits
 // (so at most one wire beyond the page is read).
 func (s *Store) Pull(ctx context.Context, target string, after int64, limit int, maxBytes int64) (relayserver.Page, error) {
-	p, err := s.pull(ctx, target, after, max(limit, 1), maxBytes, true)
+	p, err := s.pull(ctx, target, after, max(limit, 1), maxBytes, true, nil)
 	if err != nil {
 		return relayserver.Page{}, fmt.Errorf("sqlitestore: pull: %w", err)
 	}
@@ -82,9 +82,9 @@ func (s *Store) Pull(ctx context.Context, target string, after int64, limit int,
 }
 
 // PullWires implements relayserver.WirePuller: Pull reading four columns fewer per item (no
-// wire hash to turn into hex, no times).
-func (s *Store) PullWires(ctx context.Context, target string, after int64, limit int, maxBytes int64) (relayserver.Page, error) {
-	p, err := s.pull(ctx, target, after, max(limit, 1), maxBytes, false)
+// wire hash to turn into hex, no times), into buf.
+func (s *Store) PullWires(ctx context.Context, target string, after int64, limit int, maxBytes int64, buf *relayserver.PullBuf) (relayserver.Page, error) {
+	p, err := s.pull(ctx, target, after, max(limit, 1), maxBytes, false, buf)
 	if err != nil {
 		return relayserver.Page{}, fmt.Errorf("sqlitestore: pull: %w", err)
 	}
@@ -98,9 +98,13 @@ WHERE target = ? AND seq > ? ORDER BY seq LIMIT ?`
 WHERE target = ? AND seq > ? ORDER BY seq LIMIT ?`
 )
 
-// pull reads a page; full adds each item's wire hash and times.
-func (s *Store) pull(ctx context.Context, target string, after int64, limit int, maxBytes int64, full bool) (relayserver.Page, error) {
+// pull reads a page into buf (nil: fresh memory); full adds each item's wire hash and times.
+func (s *Store) pull(ctx context.Context, target string, after int64, limit int, maxBytes int64, full bool, buf *relayserver.PullBuf) (relayserver.Page, error) {
 	var p relayserver.Page
+	if buf == nil {
+		buf = new(relayserver.PullBuf)
+	}
+	buf.Reset()
 	sqlTx, err := s.db.BeginTx(ctx, nil)
 	if err != nil {
 		return p, err
@@ -123,41 +127,70 @@ func (s *Store) pull(ctx context.Context, target string, after int64, limit int,
 		return p, err
 	}
 	defer rows.Close()
+	var sc pullScan
+	dest := sc.dest(full)
 	var total int64
-	var kind sql.RawBytes
-	var sender, acc, exp int64
-	dest := []any{nil, &kind, nil, &sender, nil, nil, &acc, &exp}
-	if !full {
-		dest = dest[:5]
-	}
 	for rows.Next() {
-		it := relayserver.Item{Target: target}
-		dest[0], dest[2], dest[4] = &it.Seq, &it.ItemID, &it.Wire
-		if full {
-			dest[5] = hashCol{&it.WireHash}
-		}
+		// The integers scan into interfaces and the bytes into the driver's own memory (copied
+		// into buf below): the cheap paths of database/sql.
 		if err := rows.Scan(dest...); err != nil {
 			return p, err
 		}
-		n := int64(len(it.Wire)) // the bytes column, without reading it
-		if len(p.Items) == limit || (len(p.Items) > 0 && total+n > maxBytes) {
+		n := int64(len(sc.wire)) // the bytes column, without reading it
+		if len(buf.Items) == limit || (len(buf.Items) > 0 && total+n > maxBytes) {
 			p.More = true
 			break
 		}
-		if it.Sender, err = s.rk.pub(ctx, q, sender); err != nil {
+		it, err := s.pullItem(ctx, q, &sc, target, buf)
+		if err != nil {
 			return p, err
 		}
-		it.Kind = kindOf(kind)
 		if full {
-			it.AcceptedAt, it.ExpiresAt = storekit.FromMS(acc), storekit.FromMS(exp)
+			it.WireHash, it.AcceptedAt, it.ExpiresAt = sc.hash, storekit.FromMS(sc.acc), storekit.FromMS(sc.exp)
 		}
-		if p.Items == nil {
-			p.Items = make([]relayserver.Item, 0, min(limit, 512))
-		}
-		p.Items = append(p.Items, it)
+		buf.Items = append(buf.Items, it)
 		total += n
 	}
+	if len(buf.Items) > 0 {
+		p.Items = buf.Items
+	}
 	return p, rows.Err()
+}
+
+// pullScan holds the columns of one row of a pull.
+type pullScan struct {
+	seq, sender  any // int64
+	kind, wire   sql.RawBytes
+	itemID, hash string
+	acc, exp     int64
+	// The key of the last sender id read: a page's items mostly share a few senders.
+	lastSender int64
+	lastPub    string
+}
+
+func (sc *pullScan) dest(full bool) []any {
+	if full {
+		return []any{&sc.seq, &sc.kind, &sc.itemID, &sc.sender, &sc.wire, hashCol{&sc.hash}, &sc.acc, &sc.exp}
+	}
+	return []any{&sc.seq, &sc.kind, &sc.itemID, &sc.sender, &sc.wire}
+}
+
+// pullItem is the item of the row in sc, its wire copied into buf.
+func (s *Store) pullItem(ctx context.Context, q querier, sc *pullScan, target string, buf *relayserver.PullBuf) (relayserver.Item, error) {
+	seq, ok1 := sc.seq.(int64)
+	sender, ok2 := sc.sender.(int64)
+	if !ok1 || !ok2 {
+		return relayserver.Item{}, fmt.Errorf("items row: seq %T, sender %T, want integers", sc.seq, sc.sender)
+	}
+	if sender != sc.lastSender || sc.lastPub == "" {
+		pub, err := s.rk.pub(ctx, q, sender)
+		if err != nil {
+			return relayserver.Item{}, err
+		}
+		sc.lastSender, sc.lastPub = sender, pub
+	}
+	return relayserver.Item{Target: target, Seq: seq, Kind: kindOf(sc.kind), ItemID: sc.itemID,
+		Sender: sc.lastPub, Wire: buf.AddWire(sc.wire)}, nil
 }
 
 // kindOf is the Kind named by b, without a copy for the kinds the relay queues.
