@@ -140,7 +140,7 @@ func RunDaemon(ctx context.Context, dir string, opts DaemonOptions) (err error) 
 		}()
 		go func() {
 			defer wg.Done()
-			h.runRotation(loopCtx) // this host's key rotation, when one is not done
+			h.rot.Run(loopCtx) // this host's key rotation, when one is not done
 		}()
 		h.runOutbox(loopCtx, tick)
 		wg.Wait()

@@ -1,6 +1,6 @@
 // Package host is an agentmbx host: its identity and store, its peers and agents, the local
 // mailboxes (indexed by package host/mailindex), sending and receiving, delivery receipts, the
-// outbox loop, its own key rotation and the daemon. *Host implements api.Service, api.MailService
+// outbox loop and the daemon; key rotation (package rotation) is wired in. *Host implements api.Service, api.MailService
 // and api.RelayService on the store; RunDaemon serves the same Host on the control socket
 // (package host/control), so a command works the same whether or not a daemon runs. LAN pairing (Pairing), the LAN server and transport (LANMux) and the relay
 // link (package relaylink, which keeps the relay record and runs the relay loops) are wired in

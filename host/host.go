@@ -22,6 +22,7 @@ import (
 	"github.com/agentmbx/agentmbx/quarantine"
 	"github.com/agentmbx/agentmbx/relayclient"
 	"github.com/agentmbx/agentmbx/relaylink"
+	"github.com/agentmbx/agentmbx/rotation"
 )
 
 // Options configure an open Host. A nil *Options means all defaults.
@@ -76,14 +77,14 @@ type Host struct {
 	lanSrv  *lan.Server                        // the LAN server (lan.go)
 	senders map[outbox.Transport]outbox.Sender // the LAN transport (the relay's is made per pass)
 
-	mail   notifier         // wakes Wait when local mail arrives
-	kick   chan struct{}    // wakes the outbox loop (buffered, 1)
-	relay  *relaylink.Link  // the relay in use (relay_host.go)
-	pair   *pairing.Service // LAN pairing (socket.go)
-	rot    rotationRuntime  // this host's own key rotation (rotate.go)
-	ops    *ops.Ops         // counters, readiness, metrics (package host/ops; opsview.go)
-	probes *lan.Prober      // probes of silent peers' LAN addresses (lan.go)
-	quiet  lanQuiet         // since when peers' LAN addresses give no answer (outbox_wait.go)
+	mail   notifier           // wakes Wait when local mail arrives
+	kick   chan struct{}      // wakes the outbox loop (buffered, 1)
+	relay  *relaylink.Link    // the relay in use (relay_host.go)
+	pair   *pairing.Service   // LAN pairing (socket.go)
+	rot    *rotation.Rotation // its own key rotation and its peers' (rotation.go)
+	ops    *ops.Ops           // counters, readiness, metrics (package host/ops; opsview.go)
+	probes *lan.Prober        // probes of silent peers' LAN addresses (lan.go)
+	quiet  lanQuiet           // since when peers' LAN addresses give no answer (outbox_wait.go)
 
 	mu       sync.Mutex
 	listen   string       // configured listen address (meta)
@@ -147,7 +148,7 @@ func Open(dir string, opts *Options) (*Host, error) {
 		return nil, fmt.Errorf("host: open %s: %w", dir, err)
 	}
 	// A rotation whose keys were not swapped yet (a crash in PrepareRotation) is finished first.
-	if err := finishSwap(dir, db); err != nil {
+	if err := rotation.FinishSwap(homeOf(dir), db); err != nil {
 		db.Close()
 		return nil, fmt.Errorf("host: open %s: rotation: %w", dir, err)
 	}
@@ -193,13 +194,15 @@ func Open(dir string, opts *Options) (*Host, error) {
 		db.Close()
 		return nil, fmt.Errorf("host: open %s: %w", dir, err)
 	}
-	if err := h.initRotation(); err != nil {
-		db.Close()
-		return nil, fmt.Errorf("host: open %s: %w", dir, err)
-	}
 	h.relay = relaylink.New(relaylink.Config{DB: db, Outbox: h.ob, Quarantine: h.quar, Positions: h.rpos,
 		Name: h.name, Key: h.key, EncPub: h.enc.PublicKey(), Clock: o.Clock, Logger: o.Logger, Host: relayHost{h},
 		Hold: h.relayHold, Client: o.RelayClient})
+	if h.rot, err = rotation.Open(rotation.Config{Home: homeOf(dir), DB: db, Outbox: h.ob, Positions: h.rpos,
+		Relay: h.relay, Name: h.name, Key: h.key, Enc: append([]mbx.EncKey{h.enc}, h.retired...), Clock: o.Clock,
+		Rand: o.Rand, Logger: o.Logger, LAN: o.HTTPClient, Host: rotationHost{h}}); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("host: open %s: %w", dir, err)
+	}
 	h.newLAN()
 	h.ops = h.newOps()
 	h.pair = h.newPairing()

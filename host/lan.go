@@ -27,7 +27,7 @@ var probeSchedule = lan.DefaultProbeSchedule
 
 func (h *Host) newLAN() {
 	h.lanSrv = lan.NewServer(lanHost{h}, lan.ServerOptions{Clock: h.clock, Logger: h.log, Version: version.String()})
-	h.lanSrv.HandleRotations(lanHost{h})
+	h.lanSrv.HandleRotations(h.rot.LANApplier())
 	tr := lan.NewTransport(lan.TransportConfig{Identity: h, HTTPClient: h.client, Clock: h.clock, Port: h.lanPortHint})
 	h.senders = map[outbox.Transport]outbox.Sender{outbox.TransportLAN: tr}
 	h.probes = lan.NewProber(lan.ProberConfig{Transport: tr, Peer: lanHost{h}.Peer, Schedule: probeSchedule,

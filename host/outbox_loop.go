@@ -15,6 +15,7 @@ import (
 	"github.com/agentmbx/agentmbx/mbx"
 	"github.com/agentmbx/agentmbx/outbox"
 	"github.com/agentmbx/agentmbx/relaylink"
+	"github.com/agentmbx/agentmbx/rotation"
 )
 
 // The outbox loop.
@@ -151,7 +152,7 @@ func (h *Host) sendHost(ctx context.Context, peer PeerRecord, rows []outbox.Row)
 	link, why := h.relay.Usable(), ""
 	if link == nil {
 		why = "no relay is set"
-		if _, err := h.relay.Conn(); errors.Is(err, ErrRelayStopped) || errors.Is(err, ErrRelayRotating) {
+		if _, err := h.relay.Conn(); errors.Is(err, ErrRelayStopped) || errors.Is(err, rotation.ErrRelayRotating) {
 			why = err.Error()
 		}
 	}
@@ -290,7 +291,7 @@ func (h *Host) record(ctx context.Context, host string, rows []outbox.Row, out [
 				if cur, err = ob.Get(r.Key()); err != nil {
 					break
 				}
-				if verr := h.verifyOwnAcceptance(cur, o); verr != nil {
+				if verr := h.rot.VerifyAcceptance(cur, o); verr != nil {
 					h.log.Warn("relay accept statement refused", logkey.Row, r.Key().String(), logkey.Err, verr)
 					row, err = ob.MarkAttemptFailed(r.Key(), tr, fmt.Errorf("relay accept statement refused: %w", verr))
 					break

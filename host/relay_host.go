@@ -76,12 +76,7 @@ func senderPeerTx(tx *bbolt.Tx, key string) (PeerRecord, bool, error) {
 
 // relayHold holds the relay while this host's key rotation has relay steps left
 // (relaylink.Config.Hold).
-func (h *Host) relayHold() error {
-	if h.rot.gate.Load() {
-		return ErrRelayRotating
-	}
-	return nil
-}
+func (h *Host) relayHold() error { return h.rot.Hold() }
 
 func (rh relayHost) Daemon() bool {
 	rh.mu.Lock()
@@ -90,7 +85,7 @@ func (rh relayHost) Daemon() bool {
 }
 
 // Envelope is the host's receive path for an envelope item pushed to the relay: a rotation
-// notice goes to handleRotationNotice; mail from a paired host (by its current or a retired key)
+// notice goes to rotation.Rotation.Notice; mail from a paired host (by its current or a retired key)
 // goes through prepareEnvelope and commitEnvelopeTx, exactly like LAN mail (dedup by message id),
 // in the transaction of the item's page. A repeat is done, and re-sends the current delivery
 // receipt of every local copy whose last receipt is no longer on its way, because a sender
@@ -98,7 +93,7 @@ func (rh relayHost) Daemon() bool {
 func (rh relayHost) Envelope(tx *bbolt.Tx, it inbox.Item) (inbox.Verdict, error) {
 	h := rh.Host
 	if mbx.IsRotationNotice(it.Wire) {
-		return h.handleRotationNotice(tx, it.ItemID, it.Sender, it.Wire)
+		return h.rot.Notice(tx, it.ItemID, it.Sender, it.Wire)
 	}
 	peer, ok, err := senderPeerTx(tx, it.Sender)
 	if err != nil {

@@ -14,6 +14,7 @@ import (
 	"github.com/agentmbx/agentmbx/internal/testkit"
 	"github.com/agentmbx/agentmbx/mbx"
 	"github.com/agentmbx/agentmbx/outbox"
+	"github.com/agentmbx/agentmbx/rotation"
 )
 
 // SIGKILL drills of a host key rotation. The rotating host (alpha) runs as a child — this test
@@ -41,7 +42,7 @@ func TestRotationCrashChildProcess(t *testing.T) {
 	var err error
 	switch action {
 	case "prepare":
-		_, err = PrepareRotation(home, RotateOptions{})
+		_, err = PrepareRotation(home, rotation.Options{})
 	case "daemon":
 		ctx, cancel := context.WithTimeout(context.Background(), testkit.ChildWait)
 		defer cancel()
@@ -109,8 +110,8 @@ func (w *rotCrash) crash(action, point string) *testHost {
 // checkKeptOldKeys: the old host and enc keys are in the retired files.
 func (w *rotCrash) checkKeptOldKeys() {
 	w.t.Helper()
-	for file, pub := range map[string]string{RetiredHost: w.oldA, RetiredEnc: w.oldEncA} {
-		files, err := readKeyList(w.a.dir, file)
+	for file, pub := range map[string]string{rotation.RetiredHost: w.oldA, RetiredEnc: w.oldEncA} {
+		files, err := rotation.ReadKeyList(filepath.Join(w.a.dir, file))
 		if err != nil {
 			w.t.Fatal(err)
 		}
@@ -125,7 +126,7 @@ func (w *rotCrash) finish(a *testHost) {
 	t := w.t
 	t.Helper()
 	w.checkKeptOldKeys()
-	st, err := a.loadRotation()
+	st, err := a.rot.Load()
 	if err != nil || st == nil {
 		t.Fatalf("no rotation stored after the crash: %v", err)
 	}
@@ -133,8 +134,8 @@ func (w *rotCrash) finish(a *testHost) {
 		t.Fatalf("alpha opened with %s, want the rotation's new key", a.key.Fingerprint())
 	}
 	a.finishRotation()
-	st, _ = a.loadRotation()
-	if st.Relay.Checked == "" || !st.Peers["beta"].noticed() || st.Peers["gamma"].LAN == "" {
+	st, _ = a.rot.Load()
+	if st.Relay.Checked == "" || !st.Peers["beta"].Noticed() || st.Peers["gamma"].LAN == "" {
 		t.Fatalf("rotation after the restart: relay %+v beta %+v gamma %+v", st.Relay, st.Peers["beta"], st.Peers["gamma"])
 	}
 	w.b.pull()
@@ -163,12 +164,12 @@ func (w *rotCrash) finish(a *testHost) {
 }
 
 func TestRotationCrashDuringPrepare(t *testing.T) {
-	for _, point := range []string{FailRotatePrepared, FailRotateEncSwapped, FailRotateSwapped} {
+	for _, point := range []string{rotation.FailPrepared, rotation.FailEncSwapped, rotation.FailSwapped} {
 		t.Run(point, func(t *testing.T) {
 			w := newRotCrash(t)
 			a := w.crash("prepare", point)
 			w.finish(a)
-			for _, f := range []string{nextHostKey, nextEncKey} {
+			for _, f := range []string{rotation.NextHostKey, rotation.NextEncKey} {
 				if _, err := os.Stat(filepath.Join(w.a.dir, f)); err == nil {
 					t.Errorf("%s left behind", f)
 				}
@@ -178,11 +179,11 @@ func TestRotationCrashDuringPrepare(t *testing.T) {
 }
 
 func TestRotationCrashInDaemon(t *testing.T) {
-	for _, point := range []string{FailRotateNoticed, FailRotateRelayRotated, FailRotateReset, FailRotateLANSent} {
+	for _, point := range []string{rotation.FailNoticed, rotation.FailRelayRotated, rotation.FailReset, rotation.FailLANSent} {
 		t.Run(point, func(t *testing.T) {
 			w := newRotCrash(t)
 			w.a.close()
-			if _, err := PrepareRotation(w.a.dir, RotateOptions{Rand: testkit.Rand(77), Clock: w.a.clock.Now}); err != nil {
+			if _, err := PrepareRotation(w.a.dir, rotation.Options{Rand: testkit.Rand(77), Clock: w.a.clock.Now}); err != nil {
 				t.Fatal(err)
 			}
 			w.a.open()

@@ -17,6 +17,7 @@ import (
 	"github.com/agentmbx/agentmbx/outbox"
 	"github.com/agentmbx/agentmbx/relayclient"
 	"github.com/agentmbx/agentmbx/relaylink"
+	"github.com/agentmbx/agentmbx/rotation"
 )
 
 // rotate rotates th's host key as `agentmbx id rotate` does: the host is closed, PrepareRotation
@@ -27,7 +28,7 @@ func (th *testHost) rotate() mbx.SignedRotation {
 		th.t.Fatal(err)
 	}
 	seed := uint64(len(th.name))<<8 | uint64(th.name[0]) + 1000
-	s, err := PrepareRotation(th.dir, RotateOptions{Rand: testkit.Rand(seed), Clock: th.clock.Now})
+	s, err := PrepareRotation(th.dir, rotation.Options{Rand: testkit.Rand(seed), Clock: th.clock.Now})
 	if err != nil {
 		th.t.Fatalf("%s: PrepareRotation: %v", th.name, err)
 	}
@@ -56,13 +57,13 @@ func (th *testHost) reopen() {
 func (th *testHost) finishRotation() {
 	th.t.Helper()
 	for i := 0; i < 5; i++ {
-		done, err := th.continueRotation(context.Background())
+		done, err := th.rot.RunOnce(context.Background())
 		if done {
 			return
 		}
 		th.t.Logf("%s: rotation not done yet: %v", th.name, err)
 	}
-	st, _ := th.loadRotation()
+	st, _ := th.rot.Load()
 	th.t.Fatalf("%s: rotation not done after 5 runs: %+v", th.name, st)
 }
 
@@ -122,7 +123,7 @@ func TestRotationLAN(t *testing.T) {
 	}
 	a.finishRotation()
 	b.checkRotated("alpha", s)
-	st, _ := a.loadRotation()
+	st, _ := a.rot.Load()
 	if st.Peers["beta"].LAN != "applied" || st.Done == "" {
 		t.Fatalf("alpha's rotation record = %+v %+v", st, st.Peers["beta"])
 	}
@@ -202,12 +203,12 @@ func TestRotationRelayOnly(t *testing.T) {
 	oldA := a.key.PublicKey()
 
 	s := a.rotate()
-	if _, err := a.relayLink(); !errors.Is(err, ErrRelayRotating) {
+	if _, err := a.relayLink(); !errors.Is(err, rotation.ErrRelayRotating) {
 		t.Fatalf("relay link during the rotation = %v, want ErrRelayRotating", err)
 	}
 	a.finishRotation()
-	st, _ := a.loadRotation()
-	if st.Relay.Moved < 1 || st.Relay.Checked == "" || !st.Peers["beta"].noticed() {
+	st, _ := a.rot.Load()
+	if st.Relay.Moved < 1 || st.Relay.Checked == "" || !st.Peers["beta"].Noticed() {
 		t.Fatalf("alpha's rotation: relay %+v, beta %+v", st.Relay, st.Peers["beta"])
 	}
 
@@ -263,7 +264,7 @@ func TestRotationRelayOnly(t *testing.T) {
 	}
 	s2 := b.rotate()
 	b.finishRotation()
-	if st, _ := b.loadRotation(); st.Relay.Moved < 1 {
+	if st, _ := b.rot.Load(); st.Relay.Moved < 1 {
 		t.Errorf("beta's rotation moved %d items, want a5", st.Relay.Moved)
 	}
 	a.pull()
@@ -321,14 +322,14 @@ func TestApplyRotationRefused(t *testing.T) {
 		"to beta's own key":            sign("alpha", old, b.key, now),
 		"to a key pinned for gamma":    sign("alpha", old, gamma.key, now),
 		"not JSON":                     []byte("{"),
-		"oversized":                    []byte(`{"rec":{"host":"alpha"},"pad":"` + strings.Repeat("x", MaxRotationBytes) + `"}`),
+		"oversized":                    []byte(`{"rec":{"host":"alpha"},"pad":"` + strings.Repeat("x", rotation.MaxRecordBytes) + `"}`),
 	}
 	pinned, _ := b.Peer("alpha")
 	before := b.counts()
 	for name, rec := range refused {
 		t.Run(name, func(t *testing.T) {
-			if _, err := b.ApplyRotation(ctx, rec); !errors.Is(err, ErrRotationRefused) {
-				t.Errorf("ApplyRotation = %v, want ErrRotationRefused", err)
+			if _, err := b.rot.Apply(ctx, rec); !errors.Is(err, rotation.ErrRefused) {
+				t.Errorf("ApplyRotation = %v, want rotation.ErrRefused", err)
 			}
 			if len(rec) <= mbx.RelaySmallBodyMax-64 {
 				_, err := lan.PostRotation(ctx, http.DefaultClient, b.addr, rec)
@@ -345,18 +346,18 @@ func TestApplyRotationRefused(t *testing.T) {
 		t.Errorf("counts %v after refusals, want %v", got, before)
 	}
 
-	res, err := b.ApplyRotation(ctx, valid)
+	res, err := b.rot.Apply(ctx, valid)
 	if err != nil || !res.Applied {
 		t.Fatalf("valid rotation = %+v, %v", res, err)
 	}
 	third, _ := mbx.GenerateSigningKey(testkit.Rand(904))
 	second := sign("alpha", next, third, now.Add(time.Minute))
-	if res, err := b.ApplyRotation(ctx, second); err != nil || !res.Applied {
+	if res, err := b.rot.Apply(ctx, second); err != nil || !res.Applied {
 		t.Fatalf("second rotation = %+v, %v", res, err)
 	}
 	after := b.counts()
 	for name, rec := range map[string][]byte{"the last one": second, "an older one": valid} {
-		if res, err := b.ApplyRotation(ctx, rec); err != nil || res.Applied {
+		if res, err := b.rot.Apply(ctx, rec); err != nil || res.Applied {
 			t.Errorf("replay of %s = %+v, %v; want a no-op", name, res, err)
 		}
 	}
@@ -364,7 +365,7 @@ func TestApplyRotationRefused(t *testing.T) {
 		t.Errorf("counts %v after replays, want %v", got, after)
 	}
 	t.Run("a retired key cannot branch off", func(t *testing.T) {
-		if _, err := b.ApplyRotation(ctx, sign("alpha", old, stranger, now.Add(2*time.Minute))); !errors.Is(err, ErrRotationRefused) {
+		if _, err := b.rot.Apply(ctx, sign("alpha", old, stranger, now.Add(2*time.Minute))); !errors.Is(err, rotation.ErrRefused) {
 			t.Errorf("rotation from a retired key = %v, want refused", err)
 		}
 	})

@@ -143,7 +143,7 @@ func (h *Host) Status(ctx context.Context) (api.Status, error) {
 	if err != nil {
 		return api.Status{}, fmt.Errorf("host: status: %w", err)
 	}
-	if st.Rotation, err = h.RotationStatus(); err != nil {
+	if st.Rotation, err = h.rot.Status(); err != nil {
 		return api.Status{}, fmt.Errorf("host: status: %w", err)
 	}
 	return st, nil

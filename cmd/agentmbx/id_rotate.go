@@ -14,6 +14,7 @@ import (
 	"github.com/agentmbx/agentmbx/client"
 	"github.com/agentmbx/agentmbx/host"
 	"github.com/agentmbx/agentmbx/mbx"
+	"github.com/agentmbx/agentmbx/rotation"
 )
 
 // rotateBudget bounds the network steps `id rotate` runs itself; the daemon does the rest.
@@ -53,7 +54,7 @@ A crash at any point is resumed at the next start. ` + "`agentmbx id`" + ` shows
 				"pass --yes to rotate the host key"); err != nil {
 				return err
 			}
-			s, err := host.PrepareRotation(dir, host.RotateOptions{})
+			s, err := host.PrepareRotation(dir, rotation.Options{})
 			if err != nil {
 				return explain(err)
 			}
@@ -65,7 +66,7 @@ A crash at any point is resumed at the next start. ` + "`agentmbx id`" + ` shows
 			}
 			defer h.Close()
 			rctx, cancel := context.WithTimeout(ctx, rotateBudget)
-			st, err := h.ContinueRotation(rctx)
+			st, err := h.Rotation().Continue(rctx)
 			cancel()
 			if st == nil {
 				return explain(err)
