@@ -15,8 +15,8 @@ var (
 	ErrRefused = api.NewError(api.CodeRefused, "host key rotation refused",
 		"the record must start from the key this host pinned for the peer and carry both signatures")
 	// ErrCorrupt is returned when the stored rotation or a key file of the home cannot be read
-	// as what it should be.
-	ErrCorrupt = api.NewError(api.CodeInternal, "host store record is corrupt", "")
+	// as what it should be. It is api.ErrCorrupt, the host store's.
+	ErrCorrupt = api.ErrCorrupt
 )
 
 // Failpoints of a rotation (crash tests).
