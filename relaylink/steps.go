@@ -7,7 +7,7 @@ import (
 )
 
 // Steps of the daemon's relay loops, for a caller that drives them one at a time (the
-// deterministic simulation, package sim, through host's Step functions).
+// deterministic simulation, package sim, through Host.Relay).
 
 // PullStep pulls one page from the pinned relay, processes it and acks it (inbox.Receiver.Step,
 // without a long poll).

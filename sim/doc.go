@@ -9,9 +9,9 @@
 // other requests pass it; an answer is then delivered or lost (the server committed). Nodes crash
 // at any event: a crashed node's memory is gone, its store keeps what it committed, and it starts
 // again from its files. The daemons' loops are replaced by their steps (host.StepOutbox,
-// StepRelayPull, StepRelayKeep, StepSweep), each run as a task on its own goroutine; only one task
-// runs at a time, and it runs until it parks on the network or ends, so the run is a function of
-// the seed.
+// StepSweep, and the relay link's Keep and PullStep), each run as a task on its own goroutine;
+// only one task runs at a time, and it runs until it parks on the network or ends, so the run is
+// a function of the seed.
 //
 // After the faults, the network is made reliable and every host steps until its outbox settles;
 // then the soak's oracle checks the mailboxes (every message exactly once where it was meant),

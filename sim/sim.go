@@ -133,7 +133,7 @@ func (w *world) setUp(topo []soak.Host) error {
 			return fmt.Errorf("sim: %s: relay set: %w", sh.name, err)
 		}
 		w.run(sh.name, "keep", func(ctx context.Context) string {
-			err = h.StepRelayKeep(ctx)
+			err = h.Relay().Keep(ctx, false)
 			return errNote(err)
 		})
 		if err != nil {
@@ -247,10 +247,10 @@ func (w *world) stepChoices(sh *simHost, add func(float64, string, func() error)
 			return fmt.Sprintf("rows=%d %s", n, errNote(err))
 		}},
 		{"pull", 1.5, func(ctx context.Context) string {
-			st, err := h.StepRelayPull(ctx)
+			st, err := h.Relay().PullStep(ctx)
 			return fmt.Sprintf("pulled=%d acked=%d reset=%d %s", st.Pulled, st.Acked, st.Reset, errNote(err))
 		}},
-		{"keep", 0.3, func(ctx context.Context) string { return errNote(h.StepRelayKeep(ctx)) }},
+		{"keep", 0.3, func(ctx context.Context) string { return errNote(h.Relay().Keep(ctx, false)) }},
 		{"sweep", 0.2, func(ctx context.Context) string {
 			n, err := h.StepSweep(ctx)
 			return fmt.Sprintf("ended=%d %s", n, errNote(err))
@@ -302,7 +302,7 @@ func (w *world) restartHost(sh *simHost) error {
 	if err := w.startHost(sh); err != nil {
 		return err
 	}
-	sh.h.StepReleaseQuarantine()
+	sh.h.Relay().ReleaseHeld()
 	return nil
 }
 
@@ -360,7 +360,7 @@ func (w *world) quiesce() error {
 func (w *world) rounds(sh *simHost) int {
 	h := sh.h
 	moved := 0
-	w.run(sh.name, "keep", func(ctx context.Context) string { return errNote(h.StepRelayKeep(ctx)) })
+	w.run(sh.name, "keep", func(ctx context.Context) string { return errNote(h.Relay().Keep(ctx, false)) })
 	w.run(sh.name, "pass", func(ctx context.Context) string {
 		n, err := h.StepOutbox(ctx)
 		moved += n
@@ -369,7 +369,7 @@ func (w *world) rounds(sh *simHost) int {
 	for range 50 {
 		pulled := 0
 		w.run(sh.name, "pull", func(ctx context.Context) string {
-			st, err := h.StepRelayPull(ctx)
+			st, err := h.Relay().PullStep(ctx)
 			pulled = st.Pulled
 			return fmt.Sprintf("pulled=%d acked=%d reset=%d %s", st.Pulled, st.Acked, st.Reset, errNote(err))
 		})
