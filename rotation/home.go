@@ -133,7 +133,7 @@ func FinishSwap(home Home, db *bbolt.DB) error {
 		return err
 	}
 	err = db.Update(func(tx *bbolt.Tx) error {
-		st, err := LoadTx(tx)
+		st, err := loadTx(tx)
 		if err != nil || st == nil {
 			return err
 		}

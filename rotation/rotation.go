@@ -2,6 +2,7 @@ package rotation
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -86,6 +87,9 @@ const (
 // Open returns the Rotation of a host, with the relay held when the stored rotation's relay
 // steps are not done yet.
 func Open(c Config) (*Rotation, error) {
+	if len(c.Enc) == 0 {
+		return nil, errors.New("rotation: no enc key")
+	}
 	r := &Rotation{c: c}
 	st, err := r.Load()
 	if err != nil {

@@ -63,8 +63,8 @@ func (r *RelayProgress) gating() bool { return r != nil && r.Reset == "" }
 // Noticed reports whether the relay holds the peer's notice.
 func (p *PeerProgress) Noticed() bool { return p.Notice == "accepted" || p.Notice == "duplicate" }
 
-// LoadTx reads the stored rotation in tx (nil when there never was one).
-func LoadTx(tx *bbolt.Tx) (*State, error) {
+// loadTx reads the stored rotation in tx (nil when there never was one).
+func loadTx(tx *bbolt.Tx) (*State, error) {
 	b := tx.Bucket(bucketRotation)
 	if b == nil {
 		return nil, nil
@@ -100,7 +100,7 @@ func load(db *bbolt.DB) (*State, error) {
 	var st *State
 	err := db.View(func(tx *bbolt.Tx) error {
 		var err error
-		st, err = LoadTx(tx)
+		st, err = loadTx(tx)
 		return err
 	})
 	return st, err
@@ -109,7 +109,7 @@ func load(db *bbolt.DB) (*State, error) {
 // update changes the stored rotation in one transaction.
 func update(db *bbolt.DB, fn func(tx *bbolt.Tx, st *State) error) error {
 	return db.Update(func(tx *bbolt.Tx) error {
-		st, err := LoadTx(tx)
+		st, err := loadTx(tx)
 		if err != nil {
 			return err
 		}
