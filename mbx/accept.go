@@ -232,7 +232,7 @@ func AcceptedResult(relay SigningKey, status string, a Accept) (PushResult, erro
 	if err != nil {
 		return PushResult{}, err
 	}
-	raw, ok := appendAcceptJSON(nil, a, false)
+	raw, ok := appendAcceptJSON(make([]byte, 0, 256+160*len(a.Targets)), a, false)
 	if !ok {
 		if raw, err = MarshalJSON(a); err != nil {
 			return PushResult{}, fmt.Errorf("sign accept: %w", err)

@@ -190,7 +190,13 @@ func appendJSString(buf []byte, s string) ([]byte, error) {
 	if !utf8.ValidString(s) {
 		return nil, ErrInvalidUTF8
 	}
-	buf = append(buf, '"')
+	buf = appendJSEscaped(append(buf, '"'), s)
+	return append(buf, '"'), nil
+}
+
+// appendJSEscaped appends valid UTF-8 s as the inside of a JSON string, escaped as
+// appendJSString escapes it.
+func appendJSEscaped[T string | []byte](buf []byte, s T) []byte {
 	start := 0
 	for i := 0; i < len(s); i++ {
 		c := s[i]
@@ -218,8 +224,7 @@ func appendJSString(buf []byte, s string) ([]byte, error) {
 		}
 		start = i + 1
 	}
-	buf = append(buf, s[start:]...)
-	return append(buf, '"'), nil
+	return append(buf, s[start:]...)
 }
 
 // appendJSNumber appends f as ECMAScript's Number::toString prints it.

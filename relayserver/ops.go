@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"crypto/subtle"
 	"encoding/hex"
+	"log/slog"
 	"net/http"
 	"strconv"
 	"sync"
@@ -120,8 +121,10 @@ func (s *Server) serveObserved(w http.ResponseWriter, r *http.Request) {
 	}
 	took := time.Since(start)
 	s.met.request(s, route, sw.status, took)
-	s.log.Debug("relay request", logkey.Req, id, logkey.Method, r.Method, logkey.Route, route,
-		logkey.Status, sw.status, logkey.MS, took.Milliseconds())
+	if s.log.Enabled(r.Context(), slog.LevelDebug) { // the attributes cost allocations
+		s.log.Debug("relay request", logkey.Req, id, logkey.Method, r.Method, logkey.Route, route,
+			logkey.Status, sw.status, logkey.MS, took.Milliseconds())
+	}
 }
 
 // opsRoutes adds the health endpoints and, with a token, the metrics.

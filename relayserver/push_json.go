@@ -2,6 +2,7 @@ package relayserver
 
 import (
 	"bytes"
+	"slices"
 	"strconv"
 
 	"github.com/agentmbx/agentmbx/mbx"
@@ -11,6 +12,7 @@ import (
 // would write it. ok is false when a string needs escaping or a statement is not compact (the
 // generic encoder would rewrite it); the caller then takes the generic encoder.
 func appendPushJSON(buf []byte, resp mbx.PushResponse) ([]byte, bool) {
+	buf = slices.Grow(buf, pushJSONSize(resp))
 	buf = append(buf, `{"results":[`...)
 	for i, r := range resp.Results {
 		if !plainJSON(r.ItemID) || !plainJSON(r.Status) || !plainJSON(r.Sig) ||
@@ -42,4 +44,16 @@ func appendPushJSON(buf []byte, resp mbx.PushResponse) ([]byte, bool) {
 		buf = append(buf, '}')
 	}
 	return append(buf, "]}"...), true
+}
+
+// pushJSONSize is about the length of the answer resp.
+func pushJSONSize(resp mbx.PushResponse) int {
+	n := 16
+	for _, r := range resp.Results {
+		n += 80 + len(r.ItemID) + len(r.Status) + len(r.Accept) + len(r.Sig)
+		for _, t := range r.Targets {
+			n += 40 + len(t.HostPubkey)
+		}
+	}
+	return n
 }

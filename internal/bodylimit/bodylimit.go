@@ -105,14 +105,19 @@ func Read(w http.ResponseWriter, r *http.Request, max int64, t *Ticket) ([]byte,
 	if r.ContentLength > max {
 		return nil, fmt.Errorf("%w: %d bytes, the cap is %d", ErrTooLarge, r.ContentLength, max)
 	}
-	take := t.Take
+	take, size := t.Take, int64(512)
 	if r.ContentLength >= 0 {
 		if !t.Take(r.ContentLength) {
 			return nil, ErrBusy
 		}
 		take = nil // net/http reads no more than the declared length
+		// The whole declared body at once (and a byte for the end), when the budget holds it.
+		size = r.ContentLength + 1
+		if t == nil {
+			size = min(size, SmallBody)
+		}
 	}
-	body, err := readGrowing(http.MaxBytesReader(w, r.Body, max), take)
+	body, err := readGrowing(http.MaxBytesReader(w, r.Body, max), take, size)
 	if err != nil {
 		var mb *http.MaxBytesError
 		if errors.As(err, &mb) {
@@ -126,11 +131,11 @@ func Read(w http.ResponseWriter, r *http.Request, max int64, t *Ticket) ([]byte,
 	return body, nil
 }
 
-// readGrowing reads rd to its end into a buffer that grows as bytes arrive. take, when not nil,
-// is asked for every byte of capacity before the buffer grows to it.
-func readGrowing(rd io.Reader, take func(int64) bool) ([]byte, error) {
+// readGrowing reads rd to its end into a buffer of size bytes that grows as bytes arrive. take,
+// when not nil, is asked for every byte of capacity before the buffer grows to it.
+func readGrowing(rd io.Reader, take func(int64) bool, size int64) ([]byte, error) {
 	var held int64
-	body := make([]byte, 0, 512)
+	body := make([]byte, 0, size)
 	for {
 		if len(body) == cap(body) {
 			body = append(body, 0)[:len(body)]
