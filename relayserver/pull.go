@@ -51,9 +51,8 @@ func (s *Server) handlePull(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	pb := pullPages.Get().(*PullBuf)
+	page, pb, err := s.pullWait(r.Context(), caller.HostPubkey, after, int(limit), wait)
 	defer putPullBuf(pb)
-	page, err := s.pullWait(r.Context(), caller.HostPubkey, after, int(limit), wait, pb)
 	if err != nil {
 		if r.Context().Err() != nil {
 			return // the client went away: nobody to answer
@@ -81,9 +80,9 @@ var pullBufs = sync.Pool{New: func() any { return new([]byte) }}
 // pullPages are the buffers pull pages are read into.
 var pullPages = sync.Pool{New: func() any { return new(PullBuf) }}
 
-// putPullBuf returns b to pullPages, unless a huge page grew it.
+// putPullBuf returns b to pullPages, unless it is nil or a huge page grew it.
 func putPullBuf(b *PullBuf) {
-	if cap(b.Wires) <= 4<<20 && cap(b.Items) <= 4096 {
+	if b != nil && cap(b.Wires) <= 4<<20 && cap(b.Items) <= 4096 {
 		b.Reset()
 		pullPages.Put(b)
 	}
@@ -153,22 +152,26 @@ func plainJSON(s string) bool {
 	return true
 }
 
-// pullWait reads a page of key's queue into buf; when it is empty and wait > 0 it parks until an
-// item for key commits and reads again, until the page has items or the wait is over. The pull
-// registers before each read, so a commit after the read always wakes it (never a lost wakeup),
-// and a wake only ever follows a commit, so the read after it sees the item.
-func (s *Server) pullWait(ctx context.Context, key string, after int64, limit int, wait time.Duration, buf *PullBuf) (Page, error) {
+// pullWait reads a page of key's queue; when it is empty and wait > 0 it parks until an item for
+// key commits and reads again, until the page has items or the wait is over. The pull registers
+// before each read, so a commit after the read always wakes it (never a lost wakeup), and a wake
+// only ever follows a commit, so the read after it sees the item. The page is read into the
+// pooled buffer returned with it (for putPullBuf once the answer is written); a parked pull holds
+// none.
+func (s *Server) pullWait(ctx context.Context, key string, after int64, limit int, wait time.Duration) (Page, *PullBuf, error) {
 	var timeout <-chan time.Time
 	for {
 		var w *waiter
 		if wait > 0 {
 			w = s.polls.park(key)
 		}
+		buf := pullPages.Get().(*PullBuf)
 		page, err := pullPage(ctx, s.store, key, after, limit, s.lim.MaxPullBytes, buf)
 		if err != nil || len(page.Items) > 0 || w == nil {
 			s.polls.leave(w)
-			return page, err
+			return page, buf, err
 		}
+		putPullBuf(buf) // an empty page: nothing to keep while parked
 		if timeout == nil {
 			c, stop := s.opt.WaitTimer(wait)
 			defer stop()
@@ -179,10 +182,10 @@ func (s *Server) pullWait(ctx context.Context, key string, after int64, limit in
 		case <-w.ch:
 		case <-timeout:
 			s.polls.leave(w)
-			return page, nil
+			return page, nil, nil // empty: nothing of it is in the buffer given back
 		case <-ctx.Done():
 			s.polls.leave(w)
-			return page, ctx.Err()
+			return page, nil, ctx.Err()
 		}
 		switch w.why {
 		case wakeItem:
@@ -190,13 +193,13 @@ func (s *Server) pullWait(ctx context.Context, key string, after int64, limit in
 			// may have revoked it: answer as a new request would.
 			e, err := s.store.Enrolment(ctx, key)
 			if err != nil {
-				return Page{}, err
+				return Page{}, nil, err
 			}
 			if !e.Live() {
-				return Page{}, fmt.Errorf("host key %s: %w", mbx.Fingerprint(key), ErrRevoked)
+				return Page{}, nil, fmt.Errorf("host key %s: %w", mbx.Fingerprint(key), ErrRevoked)
 			}
 			if err := deniedEnrolment(e); err != nil {
-				return Page{}, err // the deny list revoked it meanwhile
+				return Page{}, nil, err // the deny list revoked it meanwhile
 			}
 		default: // evicted by a newer pull of the key, or shutting down: read once more and answer
 			wait = 0
