@@ -109,6 +109,10 @@ WHERE sender = ?3 AND item_id = ?4 AND target = ?5`,
 	} else if err != nil {
 		return res, fmt.Errorf("rotate: %w", err)
 	}
+	// The usage rows of both queues are recounted below: write the counters pending so far.
+	if err := t.flush(true); err != nil {
+		return res, fmt.Errorf("rotate: %w", err)
+	}
 	for _, q := range []string{
 		"DELETE FROM sender_lists WHERE target_pubkey = ?2",
 		"DELETE FROM sender_list_members WHERE target_pubkey = ?2",

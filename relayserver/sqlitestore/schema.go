@@ -2,7 +2,7 @@ package sqlitestore
 
 // SchemaVersion is the schema this binary writes. Open refuses a store with a higher version and
 // migrates a lower one, in one transaction that keeps the epoch.
-const SchemaVersion = 4
+const SchemaVersion = 5
 
 // migrations[i] takes a store from schema version i to i+1. A new store runs all of them.
 var migrations = []string{
@@ -202,5 +202,11 @@ CREATE TABLE deny(
 	note     TEXT NOT NULL,
 	PRIMARY KEY(kind, value)
 ) WITHOUT ROWID;
+`,
+	// 4 → 5: queueing an item writes its dedup row and the item, two plain inserts; the seq
+	// counter and the usage counters are kept in memory by the writer and written once per
+	// transaction (counters.go), instead of four more statements per item in a trigger.
+	`
+DROP TRIGGER items_queued;
 `,
 }

@@ -3,6 +3,7 @@ package sqlitestore
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
@@ -24,6 +25,9 @@ type tx struct {
 	// keys caches committed key ids; fresh names the keys this transaction added (keyID).
 	keys  *writerKeys
 	fresh map[string]bool
+	// c holds the committed queue counters, p what this transaction changed (counters.go).
+	c *counters
+	p pending
 }
 
 var bg = context.Background()
@@ -64,18 +68,23 @@ func (t *tx) Unit(fn func(relayserver.Tx) error) (err error) {
 	if _, err := t.q.ExecContext(bg, sp.begin); err != nil {
 		return fmt.Errorf("savepoint: %w", err)
 	}
+	m := t.mark()
 	err = t.call(fn)
 	if err != nil {
 		if _, rerr := t.q.ExecContext(bg, sp.rollback); rerr != nil {
 			t.broken = fmt.Errorf("%w: %v", errBroken, rerr)
 			return err
 		}
+		t.rollbackTo(m)
 	}
 	if _, rerr := t.q.ExecContext(bg, sp.release); rerr != nil {
 		t.broken = fmt.Errorf("%w: %v", errBroken, rerr)
 		if err == nil {
 			err = rerr
 		}
+	}
+	if t.depth == 1 {
+		t.p.undo = t.p.undo[:0] // no savepoint left to roll back to
 	}
 	return err
 }
@@ -203,30 +212,21 @@ SELECT CASE WHEN NOT EXISTS(SELECT 1 FROM sender_lists WHERE target_pubkey = ?1)
 	return n == 1, nil
 }
 
-// admissionSQL reads everything Admission returns in one statement. The dedup key comes in as a
-// one-row subquery: written as "(SELECT 1) LEFT JOIN dedup d ON d.sender = ?4 AND ...", SQLite
-// (modernc v1.62) re-prepared the whole statement at its first run in every transaction after
-// an insert, which cost a third of the push's store time (seen in pprof as sqlite3Reprepare).
+// admissionSQL reads the dedup row, the target's enrolment and whether it accepts the sender in
+// one statement; the counters come from memory (counters.go). The dedup key comes in as a one-row
+// subquery: written as "(SELECT 1) LEFT JOIN dedup d ON d.sender = ?4 AND ...", SQLite (modernc
+// v1.62) re-prepared the whole statement at its first run in every transaction after an insert.
 const admissionSQL = `SELECT d.wire_hash, d.seq, d.accepted_at,
 	e.host_pubkey, e.host_name, e.owner_fp, e.account, e.org, e.authorized_by, e.authority_rank,
 	e.enrolled_at, e.revoked_at,
 	CASE WHEN NOT EXISTS(SELECT 1 FROM sender_lists WHERE target_pubkey = ?3) THEN 1
 		WHEN EXISTS(SELECT 1 FROM sender_list_members WHERE target_pubkey = ?3 AND sender_pubkey = ?1)
-		THEN 1 ELSE 0 END,
-	COALESCE(ut.items, 0), COALESCE(ut.bytes, 0), COALESCE(us.items, 0), COALESCE(us.bytes, 0),
-	CASE WHEN e.account IS NULL THEN 0 ELSE (SELECT COALESCE(SUM(u.items), 0) FROM enrolments x
-		JOIN usage u ON u.target_pubkey = x.host_pubkey AND u.sender_pubkey = ''
-		WHERE x.account = e.account AND x.revoked_at IS NULL) END,
-	CASE WHEN e.account IS NULL THEN 0 ELSE (SELECT COALESCE(SUM(u.bytes), 0) FROM enrolments x
-		JOIN usage u ON u.target_pubkey = x.host_pubkey AND u.sender_pubkey = ''
-		WHERE x.account = e.account AND x.revoked_at IS NULL) END
+		THEN 1 ELSE 0 END
 FROM (SELECT ?4 AS sender, ?2 AS item_id, ?5 AS target) k
 LEFT JOIN dedup d ON d.sender = k.sender AND d.item_id = k.item_id AND d.target = k.target
-LEFT JOIN enrolments e ON e.host_pubkey = ?3
-LEFT JOIN usage ut ON ut.target_pubkey = ?3 AND ut.sender_pubkey = ''
-LEFT JOIN usage us ON us.target_pubkey = ?3 AND us.sender_pubkey = ?1`
+LEFT JOIN enrolments e ON e.host_pubkey = ?3`
 
-// Admission implements relayserver.Tx in one statement.
+// Admission implements relayserver.Tx: one statement, and the counters from memory.
 func (t *tx) Admission(sender, itemID, target string) (relayserver.Admission, error) {
 	a := relayserver.Admission{Dedup: relayserver.Dedup{Sender: sender, ItemID: itemID, Target: target}}
 	sid, err := t.keyID(sender, false)
@@ -247,8 +247,7 @@ func (t *tx) Admission(sender, itemID, target string) (relayserver.Admission, er
 	)
 	err = t.q.QueryRowContext(bg, admissionSQL, sender, itemID, target, sid, tid).Scan(
 		hashCol{&hashS}, &seq, &at, &pub, &name, &owner, &account, &org, &authBy, &rank, &enrolled, &revoked,
-		&allowed, &a.Usage.Target.Items, &a.Usage.Target.Bytes, &a.Usage.Sender.Items, &a.Usage.Sender.Bytes,
-		&a.Account.Items, &a.Account.Bytes)
+		&allowed)
 	if err != nil {
 		return a, fmt.Errorf("admission: %w", err)
 	}
@@ -263,6 +262,14 @@ func (t *tx) Admission(sender, itemID, target string) (relayserver.Admission, er
 			EnrolledAt: storekit.FromMS(enrolled.Int64), RevokedAt: storekit.FromMS(revoked.Int64)}
 	}
 	a.Allowed = allowed == 1
+	if a.Usage, err = t.Usage(target, sender); err != nil {
+		return a, fmt.Errorf("admission: %w", err)
+	}
+	if account.Valid {
+		if a.Account, err = t.AccountUsage(account.String); err != nil {
+			return a, fmt.Errorf("admission: %w", err)
+		}
+	}
 	return a, nil
 }
 
@@ -282,58 +289,53 @@ WHERE sender = ? AND item_id = ? AND target = ?`, sid, itemID, tid), sql.ErrNoRo
 
 func (t *tx) Usage(target, sender string) (relayserver.Usage, error) {
 	var u relayserver.Usage
-	err := t.q.QueryRowContext(bg, `SELECT
-	COALESCE(SUM(CASE WHEN sender_pubkey = '' THEN items END), 0),
-	COALESCE(SUM(CASE WHEN sender_pubkey = '' THEN bytes END), 0),
-	COALESCE(SUM(CASE WHEN sender_pubkey = ?2 THEN items END), 0),
-	COALESCE(SUM(CASE WHEN sender_pubkey = ?2 THEN bytes END), 0)
-FROM usage WHERE target_pubkey = ?1 AND sender_pubkey IN ('', ?2)`, target, sender).
-		Scan(&u.Target.Items, &u.Target.Bytes, &u.Sender.Items, &u.Sender.Bytes)
-	if err != nil {
-		return u, fmt.Errorf("usage: %w", err)
+	var err error
+	if u.Target, err = t.usage(usageKey{target, ""}); err != nil {
+		return u, err
+	}
+	if u.Sender, err = t.usage(usageKey{target, sender}); err != nil {
+		return u, err
 	}
 	return u, nil
 }
 
+// accountUsageSQL sums the totals of the account's live hosts: the rows, plus what this
+// transaction added and has not written yet (?2: a JSON object of target → [items, bytes]).
+const accountUsageSQL = `SELECT COALESCE(SUM(COALESCE(u.items, 0) + COALESCE(p.value->>0, 0)), 0),
+	COALESCE(SUM(COALESCE(u.bytes, 0) + COALESCE(p.value->>1, 0)), 0)
+FROM enrolments e
+LEFT JOIN usage u ON u.target_pubkey = e.host_pubkey AND u.sender_pubkey = ''
+LEFT JOIN json_each(?2) p ON p.key = e.host_pubkey
+WHERE e.account = ?1 AND e.revoked_at IS NULL`
+
 func (t *tx) AccountUsage(account string) (relayserver.Counts, error) {
 	var c relayserver.Counts
-	err := t.q.QueryRowContext(bg, `
-SELECT COALESCE(SUM(u.items), 0), COALESCE(SUM(u.bytes), 0) FROM enrolments e
-JOIN usage u ON u.target_pubkey = e.host_pubkey AND u.sender_pubkey = ''
-WHERE e.account = ? AND e.revoked_at IS NULL`, account).Scan(&c.Items, &c.Bytes)
+	totals := map[string][2]int64{}
+	for k, d := range t.p.usage {
+		if k.sender == "" && d != (relayserver.Counts{}) {
+			totals[k.target] = [2]int64{d.Items, d.Bytes}
+		}
+	}
+	js, err := json.Marshal(totals)
 	if err != nil {
+		return c, fmt.Errorf("account usage: %w", err)
+	}
+	if err := t.q.QueryRowContext(bg, accountUsageSQL, account, string(js)).Scan(&c.Items, &c.Bytes); err != nil {
 		return c, fmt.Errorf("account usage: %w", err)
 	}
 	return c, nil
 }
 
-// addUsage adds (items, bytes) to the target's total and to the sender's share.
-func (t *tx) addUsage(target, sender string, items, bytes int64) error {
-	_, err := t.q.ExecContext(bg, `
-INSERT INTO usage(target_pubkey, sender_pubkey, items, bytes) VALUES(?1, '', ?3, ?4), (?1, ?2, ?3, ?4)
-ON CONFLICT(target_pubkey, sender_pubkey) DO UPDATE SET items = items + excluded.items,
-	bytes = bytes + excluded.bytes`, target, sender, items, bytes)
-	return err
-}
+const (
+	insertDedupSQL = `INSERT INTO dedup(sender, item_id, target, wire_hash, seq, accepted_at)
+VALUES(?, ?, ?, ?, ?, ?)`
+	insertItemSQL = `INSERT INTO items(target, seq, kind, item_id, sender, wire_hash, bytes, accepted_at,
+	expires_at, wire) VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
+)
 
-// allocSeq returns max(next_seq, atMS) for target and advances next_seq past it.
-func (t *tx) allocSeq(target string, atMS int64) (int64, error) {
-	var next int64
-	err := t.q.QueryRowContext(bg, "SELECT next_seq FROM seqs WHERE target_pubkey = ?", target).Scan(&next)
-	if err != nil && !errors.Is(err, sql.ErrNoRows) {
-		return 0, err
-	}
-	seq := max(next, atMS, 1)
-	if _, err := t.q.ExecContext(bg, `INSERT INTO seqs(target_pubkey, next_seq) VALUES(?, ?)
-ON CONFLICT(target_pubkey) DO UPDATE SET next_seq = excluded.next_seq`, target, seq+1); err != nil {
-		return 0, err
-	}
-	return seq, nil
-}
-
-// InsertItem implements relayserver.Tx in one statement: the items_queued trigger writes the
-// dedup row (a repeat fails the statement before anything has changed), the seq counter and the
-// usage counters.
+// InsertItem implements relayserver.Tx: the dedup row first (a repeat of (sender, item id, target)
+// fails it before anything has changed), then the item; the seq and the usage counters change in
+// memory and are written at the end of the transaction.
 func (t *tx) InsertItem(it relayserver.Item) (int64, error) {
 	tid, err := t.keyID(it.Target, true)
 	if err != nil {
@@ -343,19 +345,27 @@ func (t *tx) InsertItem(it relayserver.Item) (int64, error) {
 	if err != nil {
 		return 0, fmt.Errorf("insert item: %w", err)
 	}
-	var seq int64
-	err = t.q.QueryRowContext(bg, `INSERT INTO items(target, seq, kind, item_id, sender, wire_hash,
-	bytes, accepted_at, expires_at, wire)
-VALUES(?1, max(COALESCE((SELECT next_seq FROM seqs WHERE target_pubkey = ?11), 0), ?8, 1), ?3, ?4, ?5,
-	?6, ?7, ?8, ?9, ?10)
-RETURNING seq`, tid, nil, string(it.Kind), it.ItemID, sid, packHash(it.WireHash), int64(len(it.Wire)),
-		storekit.MS(it.AcceptedAt), storekit.MS(it.ExpiresAt), it.Wire, it.Target).Scan(&seq)
+	at := storekit.MS(it.AcceptedAt)
+	next, err := t.nextSeq(it.Target)
+	if err != nil {
+		return 0, fmt.Errorf("insert item: %w", err)
+	}
+	seq := max(next, at, 1)
+	hash := packHash(it.WireHash)
+	_, err = t.q.ExecContext(bg, insertDedupSQL, sid, it.ItemID, tid, hash, seq, at)
 	if isUnique(err) {
 		return 0, fmt.Errorf("insert item %s: %w", it.ItemID, relayserver.ErrDuplicate)
 	}
 	if err != nil {
 		return 0, fmt.Errorf("insert item: %w", err)
 	}
+	n := int64(len(it.Wire))
+	if _, err := t.q.ExecContext(bg, insertItemSQL, tid, seq, string(it.Kind), it.ItemID, sid, hash, n, at,
+		storekit.MS(it.ExpiresAt), it.Wire); err != nil {
+		return 0, fmt.Errorf("insert item: %w", err)
+	}
+	t.setSeq(it.Target, seq+1)
+	t.addUsage(it.Target, it.Sender, 1, n)
 	return seq, nil
 }
 
@@ -371,11 +381,23 @@ func getHead(ctx context.Context, q querier, target string) (relayserver.Head, e
 	return h, nil
 }
 
-func (t *tx) Head(target string) (relayserver.Head, error) { return getHead(bg, t.q, target) }
+// Head implements relayserver.Tx, with the seq this transaction allocated last.
+func (t *tx) Head(target string) (relayserver.Head, error) {
+	h, err := getHead(bg, t.q, target)
+	if err != nil {
+		return h, err
+	}
+	next, err := t.nextSeq(target)
+	if err != nil {
+		return h, fmt.Errorf("head: %w", err)
+	}
+	h.HeadSeq = max(next-1, 0)
+	return h, nil
+}
 
 func (t *tx) Ack(target string, through int64) (relayserver.AckResult, error) {
 	var res relayserver.AckResult
-	h, err := getHead(bg, t.q, target)
+	h, err := t.Head(target)
 	if err != nil {
 		return res, fmt.Errorf("ack: %w", err)
 	}
@@ -414,15 +436,7 @@ JOIN keys k ON k.id = i.sender WHERE i.target = ? AND i.seq <= ? GROUP BY k.pubk
 	}
 	res.Deleted, _ = r.RowsAffected()
 	for _, s := range shares {
-		if err := t.addUsage(target, s.sender, -s.items, -s.bytes); err != nil {
-			return res, fmt.Errorf("ack: usage: %w", err)
-		}
-	}
-	if len(shares) > 0 {
-		if _, err := t.q.ExecContext(bg,
-			"DELETE FROM usage WHERE target_pubkey = ? AND items <= 0", target); err != nil {
-			return res, fmt.Errorf("ack: usage: %w", err)
-		}
+		t.addUsage(target, s.sender, -s.items, -s.bytes)
 	}
 	acked := max(h.AckedThrough, through)
 	if _, err := t.q.ExecContext(bg, `INSERT INTO acked(target_pubkey, acked_through) VALUES(?, ?)
@@ -464,13 +478,7 @@ RETURNING (SELECT pubkey FROM keys WHERE id = sender), bytes`, tid, seq).Scan(&s
 	if err != nil {
 		return 0, fmt.Errorf("delete item: %w", err)
 	}
-	if err := t.addUsage(target, sender, -1, -n); err != nil {
-		return 0, fmt.Errorf("delete item: usage: %w", err)
-	}
-	if _, err := t.q.ExecContext(bg, `DELETE FROM usage WHERE target_pubkey = ?
-	AND sender_pubkey IN ('', ?) AND items <= 0`, target, sender); err != nil {
-		return 0, fmt.Errorf("delete item: usage: %w", err)
-	}
+	t.addUsage(target, sender, -1, -n)
 	return n, nil
 }
 

@@ -37,6 +37,8 @@ type writer struct {
 	storekit.Counters
 
 	keys writerKeys // committed key ids (keyID)
+	// counters holds committed queue counters (counters.go).
+	counters counters
 
 	// enrols is the readers' enrolment cache; a transaction that wrote the enrolments table
 	// empties it before any of its callers is told.
@@ -50,6 +52,7 @@ func newWriter(conn *sql.Conn, maxGroup int, enrols *enrolCache) *writer {
 		q:        &stmtCache{conn: conn, stmts: map[string]cachedStmt{}},
 		maxGroup: maxGroup,
 		keys:     writerKeys{ids: map[string]int64{}},
+		counters: newCounters(),
 		queue:    storekit.NewQueue(4096),
 	}
 }
@@ -106,6 +109,9 @@ func (w *writer) group(first *storekit.Request) {
 			batch, broken = w.more(t, batch)
 		}
 	}
+	if broken == nil {
+		broken = t.flush(false)
+	}
 	if broken != nil {
 		_, _ = w.q.ExecContext(bg, "ROLLBACK")
 		w.settleEnrolments()
@@ -122,9 +128,11 @@ func (w *writer) group(first *storekit.Request) {
 	if err != nil {
 		_, _ = w.q.ExecContext(bg, "ROLLBACK")
 		w.settleEnrolments()
+		w.counters.reset() // a failed COMMIT may still have reached disk
 		storekit.Fail(batch, fmt.Errorf("commit: %w: %w", err, relayserver.ErrCommit))
 		return
 	}
+	w.counters.committed(&t.p)
 	_ = failpoint.Inject(storekit.FailAfterCommit)
 	w.settleEnrolments()
 	w.Committed(batch, start)
@@ -159,7 +167,7 @@ func (w *writer) begin(savepoints bool) (*tx, error) {
 	if _, err := w.q.ExecContext(bg, "BEGIN IMMEDIATE"); err != nil {
 		return nil, fmt.Errorf("begin: %w: %w", err, relayserver.ErrCommit)
 	}
-	return &tx{q: w.q, savepoints: savepoints, keys: &w.keys}, nil
+	return &tx{q: w.q, savepoints: savepoints, keys: &w.keys, c: &w.counters}, nil
 }
 
 // runUnit runs one caller's unit and records its own error. It returns non-nil only when the
