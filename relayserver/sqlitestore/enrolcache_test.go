@@ -104,3 +104,49 @@ func TestEnrolmentCacheDropsStaleReads(t *testing.T) {
 		t.Fatalf("get = %+v, %v", e, ok)
 	}
 }
+
+// Admission takes the target's enrolment from the cache, yet sees an enrolment its own
+// transaction wrote (a revocation, a new account) and, in the next transaction, one that another
+// unit committed; the cache is not filled with the uncommitted row.
+func TestAdmissionSeesEnrolmentWritesDespiteTheCache(t *testing.T) {
+	s := openT(t, t.TempDir())
+	at := storetest.T0
+	putEnrolment(t, s, relayserver.Enrolment{HostPubkey: key(1), HostName: "laptop", AuthorizedBy: "challenge", EnrolledAt: at})
+	admit := func(tx relayserver.Tx) relayserver.Admission {
+		a, err := tx.Admission(key(2), "i", key(1))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return a
+	}
+	err := s.Update(ctx, func(tx relayserver.Tx) error {
+		if a := admit(tx); !a.Enrolled || !a.Target.Live() || a.Target.HostName != "laptop" {
+			t.Errorf("admission = %+v, want the live laptop", a.Target)
+		}
+		if err := tx.PutEnrolment(relayserver.Enrolment{HostPubkey: key(1), HostName: "laptop", Account: "acct",
+			AuthorizedBy: "oidc", EnrolledAt: at, RevokedAt: at.Add(time.Second)}); err != nil {
+			return err
+		}
+		if a := admit(tx); a.Target.Live() || a.Target.Account != "acct" {
+			t.Errorf("admission after its own unit's write = %+v, want revoked, account acct", a.Target)
+		}
+		return errors.New("roll back")
+	})
+	if err == nil {
+		t.Fatal("the unit did not fail")
+	}
+	if e := mustEnrolment(t, s, key(1)); !e.Live() || e.Account != "" {
+		t.Fatalf("cached enrolment after the rollback = %+v, want the committed live one", e)
+	}
+	putEnrolment(t, s, relayserver.Enrolment{HostPubkey: key(1), HostName: "laptop", Account: "acct",
+		AuthorizedBy: "oidc", EnrolledAt: at})
+	err = s.Update(ctx, func(tx relayserver.Tx) error {
+		if a := admit(tx); a.Target.Account != "acct" {
+			t.Errorf("admission after a committed re-enrolment = %+v, want account acct", a.Target)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}

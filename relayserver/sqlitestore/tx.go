@@ -28,6 +28,9 @@ type tx struct {
 	// c holds the committed queue counters, p what this transaction changed (counters.go).
 	c *counters
 	p pending
+	// ec is the enrolment cache of the readers, which holds committed enrolments only: the writer
+	// takes from it while this transaction has not written the enrolments table.
+	ec *enrolCache
 }
 
 var bg = context.Background()
@@ -212,21 +215,19 @@ SELECT CASE WHEN NOT EXISTS(SELECT 1 FROM sender_lists WHERE target_pubkey = ?1)
 	return n == 1, nil
 }
 
-// admissionSQL reads the dedup row, the target's enrolment and whether it accepts the sender in
-// one statement; the counters come from memory (counters.go). The dedup key comes in as a one-row
-// subquery: written as "(SELECT 1) LEFT JOIN dedup d ON d.sender = ?4 AND ...", SQLite (modernc
-// v1.62) re-prepared the whole statement at its first run in every transaction after an insert.
+// admissionSQL reads the dedup row and whether the target accepts the sender in one statement;
+// the target's enrolment comes from the enrolment cache and the counters from memory
+// (counters.go). The dedup key comes in as a one-row subquery: written as "(SELECT 1) LEFT JOIN
+// dedup d ON d.sender = ?4 AND ...", SQLite (modernc v1.62) re-prepared the whole statement at its
+// first run in every transaction after an insert.
 const admissionSQL = `SELECT d.wire_hash, d.seq, d.accepted_at,
-	e.host_pubkey, e.host_name, e.owner_fp, e.account, e.org, e.authorized_by, e.authority_rank,
-	e.enrolled_at, e.revoked_at,
 	CASE WHEN NOT EXISTS(SELECT 1 FROM sender_lists WHERE target_pubkey = ?3) THEN 1
 		WHEN EXISTS(SELECT 1 FROM sender_list_members WHERE target_pubkey = ?3 AND sender_pubkey = ?1)
 		THEN 1 ELSE 0 END
 FROM (SELECT ?4 AS sender, ?2 AS item_id, ?5 AS target) k
-LEFT JOIN dedup d ON d.sender = k.sender AND d.item_id = k.item_id AND d.target = k.target
-LEFT JOIN enrolments e ON e.host_pubkey = ?3`
+LEFT JOIN dedup d ON d.sender = k.sender AND d.item_id = k.item_id AND d.target = k.target`
 
-// Admission implements relayserver.Tx: one statement, and the counters from memory.
+// Admission implements relayserver.Tx.
 func (t *tx) Admission(sender, itemID, target string) (relayserver.Admission, error) {
 	a := relayserver.Admission{Dedup: relayserver.Dedup{Sender: sender, ItemID: itemID, Target: target}}
 	sid, err := t.keyID(sender, false)
@@ -238,16 +239,11 @@ func (t *tx) Admission(sender, itemID, target string) (relayserver.Admission, er
 		return a, fmt.Errorf("admission: %w", err)
 	}
 	var (
-		hashS                          string
-		seq, at                        sql.NullInt64
-		pub, name, owner, account, org sql.NullString
-		authBy                         sql.NullString
-		rank, enrolled, revoked        sql.NullInt64
-		allowed                        int
+		hashS   string
+		seq, at sql.NullInt64
+		allowed int
 	)
-	err = t.q.QueryRowContext(bg, admissionSQL, sender, itemID, target, sid, tid).Scan(
-		hashCol{&hashS}, &seq, &at, &pub, &name, &owner, &account, &org, &authBy, &rank, &enrolled, &revoked,
-		&allowed)
+	err = t.q.QueryRowContext(bg, admissionSQL, sender, itemID, target, sid, tid).Scan(hashCol{&hashS}, &seq, &at, &allowed)
 	if err != nil {
 		return a, fmt.Errorf("admission: %w", err)
 	}
@@ -255,22 +251,45 @@ func (t *tx) Admission(sender, itemID, target string) (relayserver.Admission, er
 		a.Duplicate = true
 		a.Dedup.WireHash, a.Dedup.Seq, a.Dedup.AcceptedAt = hashS, seq.Int64, storekit.FromMS(at.Int64)
 	}
-	if pub.Valid {
-		a.Enrolled = true
-		a.Target = relayserver.Enrolment{HostPubkey: pub.String, HostName: name.String, OwnerFP: owner.String,
-			Account: account.String, Org: org.String, AuthorizedBy: authBy.String, AuthorityRank: int(rank.Int64),
-			EnrolledAt: storekit.FromMS(enrolled.Int64), RevokedAt: storekit.FromMS(revoked.Int64)}
-	}
 	a.Allowed = allowed == 1
+	if a.Target, a.Enrolled, err = t.enrolment(target); err != nil {
+		return a, fmt.Errorf("admission: %w", err)
+	}
 	if a.Usage, err = t.Usage(target, sender); err != nil {
 		return a, fmt.Errorf("admission: %w", err)
 	}
-	if account.Valid {
-		if a.Account, err = t.AccountUsage(account.String); err != nil {
+	if a.Enrolled && a.Target.Account != "" {
+		if a.Account, err = t.AccountUsage(a.Target.Account); err != nil {
 			return a, fmt.Errorf("admission: %w", err)
 		}
 	}
 	return a, nil
+}
+
+// enrolment returns the enrolment of pub and whether there is one. While this transaction has not
+// written the enrolments table it sees committed rows only, those the readers' cache holds: it
+// takes them from there and puts back what it had to read.
+func (t *tx) enrolment(pub string) (relayserver.Enrolment, bool, error) {
+	cached := t.ec != nil && !t.q.enrolWrites
+	var gen uint64
+	if cached {
+		e, g, ok := t.ec.get(pub)
+		if ok {
+			return e, true, nil
+		}
+		gen = g
+	}
+	e, err := getEnrolment(bg, t.q, pub)
+	if errors.Is(err, relayserver.ErrNotFound) {
+		return e, false, nil
+	}
+	if err != nil {
+		return e, false, err
+	}
+	if cached {
+		t.ec.put(pub, e, gen)
+	}
+	return e, true, nil
 }
 
 func (t *tx) Dedup(sender, itemID, target string) (relayserver.Dedup, error) {

@@ -167,7 +167,7 @@ func (w *writer) begin(savepoints bool) (*tx, error) {
 	if _, err := w.q.ExecContext(bg, "BEGIN IMMEDIATE"); err != nil {
 		return nil, fmt.Errorf("begin: %w: %w", err, relayserver.ErrCommit)
 	}
-	return &tx{q: w.q, savepoints: savepoints, keys: &w.keys, c: &w.counters}, nil
+	return &tx{q: w.q, savepoints: savepoints, keys: &w.keys, c: &w.counters, ec: w.enrols}, nil
 }
 
 // runUnit runs one caller's unit and records its own error. It returns non-nil only when the
