@@ -49,7 +49,7 @@ func TestCardRoundTrip(t *testing.T) {
 			if got.Host != want.Host || got.HostPubkey != want.HostPubkey || got.EncPub != want.EncPub || got.Addr != want.Addr {
 				t.Errorf("ParseCard = %+v, want %+v", got, want)
 			}
-			if err := got.validate(); err != nil {
+			if err := got.Validate(); err != nil {
 				t.Errorf("parsed card does not validate as a peer: %v", err)
 			}
 			// Whitespace and key order do not matter: the signature covers the canonical form.
@@ -270,7 +270,7 @@ func FuzzParseCard(f *testing.F) {
 			return
 		}
 		// Whatever is accepted is a peer PinPeer takes, and its canonical form is accepted too.
-		if err := p.validate(); err != nil {
+		if err := p.Validate(); err != nil {
 			t.Fatalf("accepted card fails peer validation: %v", err)
 		}
 		canon, err := mbx.CanonicalJSON(data)

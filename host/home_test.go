@@ -129,7 +129,7 @@ func TestPinPeer(t *testing.T) {
 		t.Fatalf("after rotation: %+v", got)
 	}
 	// Retired keys stay valid for verification.
-	if got.keyFor(k1.Fingerprint()) != k1.PublicKey() {
+	if got.KeyFor(k1.Fingerprint()) != k1.PublicKey() {
 		t.Error("retired key no longer verifies")
 	}
 	if byKey, err := a.peerByKey(k1.PublicKey()); err != nil || byKey.Host != "beta" {

@@ -5,12 +5,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
-	"strconv"
 
 	"go.etcd.io/bbolt"
 
+	"github.com/agentmbx/agentmbx/host/peers"
 	"github.com/agentmbx/agentmbx/internal/logkey"
 	"github.com/agentmbx/agentmbx/internal/version"
 	"github.com/agentmbx/agentmbx/lan"
@@ -126,16 +125,5 @@ func clip(s string, n int) string {
 	return s
 }
 
-// splitListen checks a listen or dial address host:port (the host may be empty for a listen
-// address) and returns its parts.
-func splitListen(s string) (string, int, error) {
-	host, port, err := net.SplitHostPort(s)
-	if err != nil {
-		return "", 0, fmt.Errorf("address %q: want host:port", clip(s, 64))
-	}
-	n, err := strconv.Atoi(port)
-	if err != nil || n < 0 || n > 65535 {
-		return "", 0, fmt.Errorf("address %q: bad port", clip(s, 64))
-	}
-	return host, n, nil
-}
+// splitListen checks a listen or dial address host:port (peers.SplitAddr).
+func splitListen(s string) (string, int, error) { return peers.SplitAddr(s) }

@@ -70,7 +70,7 @@ func (h *Host) prepareEnvelope(peer PeerRecord, wire []byte, sealed bool) (*inco
 	}
 	key := peer.HostPubkey
 	if env.Sig != nil {
-		if k := peer.keyFor(env.Sig.Key); k != "" {
+		if k := peer.KeyFor(env.Sig.Key); k != "" {
 			key = k
 		}
 	}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/agentmbx/agentmbx/host/mailindex"
+	"github.com/agentmbx/agentmbx/host/peers"
 	"go.etcd.io/bbolt"
 )
 
@@ -14,7 +15,7 @@ import (
 // ids hold no NUL):
 //
 //	meta      "host", "listen", "created", "schema" (be64), "heard:<host>" (a receipt came from host)
-//	peers     host → PeerRecord JSON (host key, enc key, addr, retired keys)
+//	peers     host → peers.Record JSON (host key, enc key, addr, retired keys; package host/peers)
 //	agents    name → {name, role, added_at}
 //	messages  msg id → the plaintext message (mail received, sent here, and alerts)
 //	mbox      agent ‖ msg id → {state, at, note, seq, origin}: one local recipient's copy
@@ -32,7 +33,7 @@ import (
 // checkpoint per relay).
 var (
 	bucketMeta     = []byte("meta")
-	bucketPeers    = []byte("peers")
+	bucketPeers    = peers.Bucket
 	bucketAgents   = []byte("agents")
 	bucketMessages = []byte("messages")
 	bucketMbox     = []byte("mbox")
