@@ -15,6 +15,7 @@ import (
 
 	"github.com/agentmbx/agentmbx/host/ops"
 	"github.com/agentmbx/agentmbx/inbox"
+	"github.com/agentmbx/agentmbx/internal/syncbuf"
 	"github.com/agentmbx/agentmbx/lan"
 	"github.com/agentmbx/agentmbx/mbx"
 	"github.com/agentmbx/agentmbx/outbox"
@@ -98,19 +99,6 @@ type Host struct {
 	sends    sync.WaitGroup       // send goroutines started by passes
 }
 
-// lockedReader serializes an injected randomness source, which need not be safe for concurrent
-// use.
-type lockedReader struct {
-	mu sync.Mutex
-	r  io.Reader
-}
-
-func (l *lockedReader) Read(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.r.Read(p)
-}
-
 // Open opens the host in dir. It fails with ErrNotInitialized when dir has no identity, and with
 // an error wrapping ErrLocked when another process holds the store (the daemon does while it
 // runs: talk to it over its control socket instead).
@@ -125,7 +113,7 @@ func Open(dir string, opts *Options) (*Host, error) {
 	if o.Rand == nil {
 		o.Rand = rand.Reader
 	} else {
-		o.Rand = &lockedReader{r: o.Rand}
+		o.Rand = syncbuf.NewReader(o.Rand) // an injected source need not be safe for concurrent use
 	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()

@@ -49,19 +49,8 @@ func startRelay(t *testing.T) relayclient.Pin {
 
 func makeHost(t testing.TB, pin relayclient.Pin, name string, n uint64) *testHost {
 	t.Helper()
-	k, err := mbx.GenerateSigningKey(seeded(100 + n))
-	if err != nil {
-		t.Fatal(err)
-	}
-	e, err := mbx.GenerateEncKey(seeded(200 + n))
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := relayclient.New(pin, name, k, &relayclient.Options{Timeout: 30 * time.Second, Logger: quiet()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &testHost{name: name, key: k, enc: e, c: c}
+	c := testrelay.NewClient(t, pin, name, seeded(100+n), seeded(200+n), &relayclient.Options{Timeout: 30 * time.Second, Logger: quiet()})
+	return &testHost{name: name, key: c.Key, enc: c.Enc, c: c.Client}
 }
 
 func (h *testHost) enrol(t testing.TB) {

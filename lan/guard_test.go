@@ -10,7 +10,6 @@ import (
 	"net"
 	"net/http"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -65,26 +64,18 @@ func (h *fakeHost) ReceiveReceipts(outbox.Peer, []json.RawMessage) ([]mbx.Receip
 }
 func (h *fakeHost) PeerReached(outbox.Peer) {}
 
-type syncBuf struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuf) Write(p []byte) (int, error) { s.mu.Lock(); defer s.mu.Unlock(); return s.b.Write(p) }
-func (s *syncBuf) String() string              { s.mu.Lock(); defer s.mu.Unlock(); return s.b.String() }
-
 type lanWorld struct {
 	t     *testing.T
 	h     *fakeHost
 	srv   *lan.Server
 	clock *testkit.Clock
 	addr  string
-	log   *syncBuf
+	log   *testkit.SyncBuffer
 	peak  atomic.Int64 // most connections open at once
 }
 
 func newLAN(t *testing.T, opt lan.ServerOptions) *lanWorld {
-	w := &lanWorld{t: t, h: &fakeHost{me: key(t, 1), alpha: key(t, 2)}, clock: testkit.NewClock(t0), log: &syncBuf{}}
+	w := &lanWorld{t: t, h: &fakeHost{me: key(t, 1), alpha: key(t, 2)}, clock: testkit.NewClock(t0), log: &testkit.SyncBuffer{}}
 	opt.Clock, opt.Logger = w.clock.Now, slog.New(slog.NewTextHandler(w.log, nil))
 	w.srv = lan.NewServer(w.h, opt)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")

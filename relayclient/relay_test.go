@@ -45,19 +45,8 @@ func startRelay(t *testing.T) *realRelay {
 
 func newHost(t *testing.T, r *realRelay, pin relayclient.Pin, name string, n uint64) *host {
 	t.Helper()
-	k, err := mbx.GenerateSigningKey(seeded(100 + n))
-	if err != nil {
-		t.Fatal(err)
-	}
-	e, err := mbx.GenerateEncKey(seeded(200 + n))
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := relayclient.New(pin, name, k, &relayclient.Options{Timeout: 30 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &host{name: name, key: k, enc: e, c: c}
+	c := testrelay.NewClient(t, pin, name, seeded(100+n), seeded(200+n), &relayclient.Options{Timeout: 30 * time.Second})
+	return &host{name: name, key: c.Key, enc: c.Enc, c: c.Client}
 }
 
 // sealed builds an envelope from a to b's agent and seals it for b: the item id and wire bytes.

@@ -8,8 +8,8 @@
 // delivers it to the server's handler, drops it, delivers it twice or leaves it waiting while
 // other requests pass it; an answer is then delivered or lost (the server committed). Nodes crash
 // at any event: a crashed node's memory is gone, its store keeps what it committed, and it starts
-// again from its files. The daemons' loops are replaced by their steps (host.StepOutbox,
-// StepSweep, and the relay link's Keep and PullStep), each run as a task on its own goroutine;
+// again from its files. The daemons' loops are replaced by their steps (host.Steps: Outbox,
+// Sweep, and the relay link's Keep and PullStep), each run as a task on its own goroutine;
 // only one task runs at a time, and it runs until it parks on the network or ends, so the run is
 // a function of the seed.
 //

@@ -243,7 +243,7 @@ func (w *world) stepChoices(sh *simHost, add func(float64, string, func() error)
 		fn     func(ctx context.Context) string
 	}{
 		{"pass", 2, func(ctx context.Context) string {
-			n, err := h.StepOutbox(ctx)
+			n, err := h.Steps().Outbox(ctx)
 			return fmt.Sprintf("rows=%d %s", n, errNote(err))
 		}},
 		{"pull", 1.5, func(ctx context.Context) string {
@@ -252,7 +252,7 @@ func (w *world) stepChoices(sh *simHost, add func(float64, string, func() error)
 		}},
 		{"keep", 0.3, func(ctx context.Context) string { return errNote(h.Relay().Keep(ctx, false)) }},
 		{"sweep", 0.2, func(ctx context.Context) string {
-			n, err := h.StepSweep(ctx)
+			n, err := h.Steps().Sweep(ctx)
 			return fmt.Sprintf("ended=%d %s", n, errNote(err))
 		}},
 	}
@@ -362,7 +362,7 @@ func (w *world) rounds(sh *simHost) int {
 	moved := 0
 	w.run(sh.name, "keep", func(ctx context.Context) string { return errNote(h.Relay().Keep(ctx, false)) })
 	w.run(sh.name, "pass", func(ctx context.Context) string {
-		n, err := h.StepOutbox(ctx)
+		n, err := h.Steps().Outbox(ctx)
 		moved += n
 		return fmt.Sprintf("rows=%d %s", n, errNote(err))
 	})
@@ -379,7 +379,7 @@ func (w *world) rounds(sh *simHost) int {
 		}
 	}
 	w.run(sh.name, "sweep", func(ctx context.Context) string {
-		n, err := h.StepSweep(ctx)
+		n, err := h.Steps().Sweep(ctx)
 		moved += n
 		return fmt.Sprintf("ended=%d %s", n, errNote(err))
 	})

@@ -9,44 +9,27 @@ import (
 	"os"
 	"os/exec"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
+
+	"github.com/agentmbx/agentmbx/internal/syncbuf"
 )
 
 // cmdTimeout bounds one short command (send, inbox, relay set, ...).
 const cmdTimeout = 30 * time.Second
 
-// syncBuffer is a bytes.Buffer safe for a child's output and the demo reading it.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // proc is a long-running child: the relay or a host daemon.
 type proc struct {
 	name string
 	cmd  *exec.Cmd
-	log  *syncBuffer
+	log  *syncbuf.Buffer
 	done chan struct{}
 	err  error
 }
 
 // start runs bin with args in the background, its output kept in its log.
 func (d *run) start(name string, env []string, args ...string) (*proc, error) {
-	p := &proc{name: name, log: &syncBuffer{}, done: make(chan struct{})}
+	p := &proc{name: name, log: &syncbuf.Buffer{}, done: make(chan struct{})}
 	p.cmd = exec.Command(d.cfg.Bin, args...)
 	p.cmd.Env = append(d.env(), env...)
 	p.cmd.Stdout, p.cmd.Stderr = p.log, p.log

@@ -8,11 +8,12 @@
 package testkit
 
 import (
-	"bytes"
 	"io"
 	"math/rand/v2"
 	"sync"
 	"time"
+
+	"github.com/agentmbx/agentmbx/internal/syncbuf"
 )
 
 // Clock is a clock that moves only when told; it is safe for concurrent use.
@@ -52,21 +53,5 @@ func Rand(seed uint64) io.Reader {
 }
 
 // SyncBuffer is a bytes.Buffer that several goroutines may write (a logger, a child's output)
-// while the test reads it.
-type SyncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *SyncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-// String returns what was written so far.
-func (s *SyncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
+// while the test reads it (package internal/syncbuf).
+type SyncBuffer = syncbuf.Buffer

@@ -33,7 +33,7 @@ type tokenRelay struct {
 
 func newTokenRelay(t *testing.T, required bool) *tokenRelay {
 	t.Helper()
-	c := &clock{now: time.Now().UTC()} // the hop window is checked against the relay's clock
+	c := testkit.NewClock(time.Now().UTC()) // the hop window is checked against the relay's clock
 	is := newIssuer(t, c, "k1")
 	a := newAuthority(t, is, func(cfg *tokenauth.Config) { cfg.Required = required })
 	st, err := sqlitestore.Open(context.Background(), t.TempDir(), nil)

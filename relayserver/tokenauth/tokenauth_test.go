@@ -6,7 +6,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -25,19 +24,6 @@ const (
 	audience = "https://relay.example"
 )
 
-// clock is a settable test clock.
-type clock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *clock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.now }
-func (c *clock) Add(d time.Duration) {
-	c.mu.Lock()
-	c.now = c.now.Add(d)
-	c.mu.Unlock()
-}
-
 // testIssuer signs tokens and serves its JWKS on loopback; the served set can be changed or
 // taken down.
 type testIssuer struct {
@@ -47,10 +33,10 @@ type testIssuer struct {
 	down    atomic.Bool
 	fetches atomic.Int64
 	srv     *httptest.Server
-	clock   *clock
+	clock   *testkit.Clock
 }
 
-func newIssuer(t *testing.T, c *clock, kids ...string) *testIssuer {
+func newIssuer(t *testing.T, c *testkit.Clock, kids ...string) *testIssuer {
 	is := &testIssuer{t: t, keys: map[string]ed25519.PrivateKey{}, clock: c}
 	for i, kid := range kids {
 		_, priv, err := ed25519.GenerateKey(testkit.Rand(uint64(100 + i)))
@@ -159,7 +145,7 @@ func wantRefused(t *testing.T, dec relayserver.AuthDecision, reason string) {
 }
 
 func setup(t *testing.T, mod func(*tokenauth.Config)) (*testIssuer, *tokenauth.Authority, mbx.SigningKey) {
-	c := &clock{now: time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC)}
+	c := testkit.NewClock(time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC))
 	is := newIssuer(t, c, "k1", "k2", "k3")
 	return is, newAuthority(t, is, mod), hostKey(t, 1)
 }
@@ -286,13 +272,13 @@ func TestJWKSDownCachedKeysServeThenFailClosed(t *testing.T) {
 	t.Parallel()
 	is, a, host := setup(t, nil)
 	is.down.Store(true)
-	is.clock.Add(59 * time.Minute)
+	is.clock.Advance(59 * time.Minute)
 	if dec := authorize(t, a, host, is.sign("k1", is.valid(host))); !dec.OK {
 		t.Fatalf("within the cache lifetime = %+v, want the cached key to serve", dec)
 	}
 	// An unknown kid while the JWKS is down finds nothing.
 	wantRefused(t, authorize(t, a, host, is.sign("k2", is.valid(host))), "k2")
-	is.clock.Add(2 * time.Minute)
+	is.clock.Advance(2 * time.Minute)
 	wantRefused(t, authorize(t, a, host, is.sign("k1", is.valid(host))), "keys are unavailable")
 	if a.KeysFresh() {
 		t.Fatal("KeysFresh after the cache lifetime")
@@ -301,7 +287,7 @@ func TestJWKSDownCachedKeysServeThenFailClosed(t *testing.T) {
 
 func TestJWKSDownAtStartFailsClosed(t *testing.T) {
 	t.Parallel()
-	c := &clock{now: time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC)}
+	c := testkit.NewClock(time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC))
 	is := newIssuer(t, c, "k1")
 	is.down.Store(true)
 	a := newAuthority(t, is, nil)
