@@ -1,9 +1,11 @@
 package sqlitestore
 
 import (
+	"encoding/hex"
 	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -256,5 +258,27 @@ func TestCountersInMemoryMatchTheTables(t *testing.T) {
 	// B held b, d and kept, one of them expired; before-rotation moved with them; two came after.
 	if u := want["usage "+key(9)+" "+s2].(relayserver.Usage); u.Target.Items != 5 {
 		t.Errorf("usage of the rotated queue = %+v, want 5 items", u)
+	}
+}
+
+// A wire hash of 64 lowercase hex digits is kept as its 32 bytes; any other text as it is, so
+// every hash reads back exactly as written.
+func TestPackHashKeepsOnlyLowercaseHexAsBytes(t *testing.T) {
+	lower := storetest.Hash([]byte("x"))
+	for _, h := range []string{lower, strings.ToUpper(lower), lower[:63], lower[:63] + "g", "not-hex", ""} {
+		packed := packHash(h)
+		b, isBytes := packed.([]byte)
+		if want := h == lower; isBytes != want {
+			t.Errorf("packHash(%q) is %T, want bytes: %v", h, packed, want)
+		}
+		if isBytes {
+			if len(b) != 32 || hex.EncodeToString(b) != h {
+				t.Errorf("packHash(%q) = %x", h, b)
+			}
+		}
+		var back string
+		if err := (hashCol{&back}).Scan(packed); err != nil || back != h {
+			t.Errorf("hash %q read back as %q, %v", h, back, err)
+		}
 	}
 }

@@ -108,12 +108,29 @@ func (c *readKeys) pub(ctx context.Context, q querier, id int64) (string, error)
 // packHash is how a wire hash is stored: the 32 bytes of 64 lowercase hex digits, anything else
 // as the text it is (so every hash reads back exactly as written).
 func packHash(h string) any {
-	if len(h) == 64 {
-		if b, err := hex.DecodeString(h); err == nil && hex.EncodeToString(b) == h {
-			return b
-		}
+	if len(h) != 64 {
+		return h
 	}
-	return h
+	b := make([]byte, 32)
+	for i := range b {
+		hi, ok1 := lowerHexDigit(h[2*i])
+		lo, ok2 := lowerHexDigit(h[2*i+1])
+		if !ok1 || !ok2 {
+			return h
+		}
+		b[i] = hi<<4 | lo
+	}
+	return b
+}
+
+func lowerHexDigit(c byte) (byte, bool) {
+	switch {
+	case '0' <= c && c <= '9':
+		return c - '0', true
+	case 'a' <= c && c <= 'f':
+		return c - 'a' + 10, true
+	}
+	return 0, false
 }
 
 // hashCol scans a stored wire hash back into its text.
