@@ -110,7 +110,7 @@ func TestPinPeer(t *testing.T) {
 	if err := a.PinPeer(p2); err != nil {
 		t.Fatal(err)
 	}
-	got, _ := a.Peer("beta")
+	got, _ := a.peerRecord("beta")
 	if got.EncPub != e2.PublicKey() || got.Addr != "127.0.0.1:7374" || !slices.Equal(got.RetiredEncKeys, []string{e1.PublicKey()}) {
 		t.Fatalf("after update: %+v", got)
 	}
@@ -124,7 +124,7 @@ func TestPinPeer(t *testing.T) {
 	if err := a.PinPeer(p3); err != nil {
 		t.Fatalf("explicit rotation: %v", err)
 	}
-	got, _ = a.Peer("beta")
+	got, _ = a.peerRecord("beta")
 	if got.HostPubkey != k2.PublicKey() || !slices.Equal(got.RetiredKeys, []string{k1.PublicKey()}) {
 		t.Fatalf("after rotation: %+v", got)
 	}

@@ -51,7 +51,7 @@ func outboxPeer(p PeerRecord) outbox.Peer {
 type lanHost struct{ *Host }
 
 func (l lanHost) Peer(name string) (outbox.Peer, bool, error) {
-	p, err := l.Host.Peer(name)
+	p, err := l.Host.peerRecord(name)
 	if errors.Is(err, ErrUnpaired) {
 		return outbox.Peer{}, false, nil
 	}
@@ -61,7 +61,7 @@ func (l lanHost) Peer(name string) (outbox.Peer, bool, error) {
 // pinned is the peer record of p, refused (lan.ErrUnpaired) when it is no longer pinned with the
 // key p's hop verified against.
 func (l lanHost) pinned(p outbox.Peer) (PeerRecord, error) {
-	rec, err := l.Host.Peer(p.Host)
+	rec, err := l.Host.peerRecord(p.Host)
 	switch {
 	case errors.Is(err, ErrUnpaired):
 		return PeerRecord{}, fmt.Errorf("%w: %w", lan.ErrUnpaired, err)

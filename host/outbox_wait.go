@@ -163,7 +163,7 @@ func (h *Host) waitFacts() (waitFacts, error) {
 	if until, paused := h.relay.Paused(now); paused {
 		f.paused = until
 	}
-	peers, err := h.PeerRecords()
+	peers, err := h.peerRecords()
 	for _, p := range peers {
 		f.peers[p.Host] = p
 	}

@@ -69,8 +69,8 @@ func (h *Host) pinPeerTx(tx *bbolt.Tx, p *PeerRecord) (int, error) {
 	return h.relay.ReleaseTx(tx, p.HostPubkey)
 }
 
-// Peer returns the pinned peer named host.
-func (h *Host) Peer(host string) (PeerRecord, error) {
+// peerRecord returns the pinned peer named host.
+func (h *Host) peerRecord(host string) (PeerRecord, error) {
 	var p PeerRecord
 	err := h.db.View(func(tx *bbolt.Tx) error {
 		var err error
@@ -95,8 +95,8 @@ func (h *Host) peerByKey(key string) (PeerRecord, error) {
 	return out, err
 }
 
-// PeerRecords lists the pinned peers with everything stored about them.
-func (h *Host) PeerRecords() ([]PeerRecord, error) {
+// peerRecords lists the pinned peers with everything stored about them.
+func (h *Host) peerRecords() ([]PeerRecord, error) {
 	var out []PeerRecord
 	err := h.db.View(func(tx *bbolt.Tx) error {
 		var err error
@@ -111,7 +111,7 @@ func (h *Host) Peers(ctx context.Context) ([]api.Peer, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	ps, err := h.PeerRecords()
+	ps, err := h.peerRecords()
 	if err != nil {
 		return nil, fmt.Errorf("host: peers: %w", err)
 	}
@@ -135,7 +135,7 @@ func (h *Host) AddPeer(ctx context.Context, card []byte) (api.Peer, error) {
 	if err := h.PinPeer(p); err != nil {
 		return api.Peer{}, err
 	}
-	p, err = h.Peer(p.Host)
+	p, err = h.peerRecord(p.Host)
 	if err != nil {
 		return api.Peer{}, fmt.Errorf("host: add peer: %w", err)
 	}

@@ -219,7 +219,7 @@ func (h *Host) receiveEnvelope(ctx context.Context, fromHost string, wire []byte
 	if err := ctx.Err(); err != nil {
 		return "", err
 	}
-	peer, err := h.Peer(fromHost)
+	peer, err := h.peerRecord(fromHost)
 	if errors.Is(err, ErrUnpaired) {
 		return mbx.StatusRejectedPrefix + ReasonUnpaired, nil
 	} else if err != nil {

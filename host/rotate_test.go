@@ -70,7 +70,7 @@ func (th *testHost) finishRotation() {
 // checkRotated checks that th pins peer's rotation: the new keys current, the old one retired.
 func (th *testHost) checkRotated(peer string, s mbx.SignedRotation) {
 	th.t.Helper()
-	p, err := th.Peer(peer)
+	p, err := th.peerRecord(peer)
 	if err != nil {
 		th.t.Fatal(err)
 	}
@@ -324,7 +324,7 @@ func TestApplyRotationRefused(t *testing.T) {
 		"not JSON":                     []byte("{"),
 		"oversized":                    []byte(`{"rec":{"host":"alpha"},"pad":"` + strings.Repeat("x", rotation.MaxRecordBytes) + `"}`),
 	}
-	pinned, _ := b.Peer("alpha")
+	pinned, _ := b.peerRecord("alpha")
 	before := b.counts()
 	for name, rec := range refused {
 		t.Run(name, func(t *testing.T) {
@@ -337,7 +337,7 @@ func TestApplyRotationRefused(t *testing.T) {
 					t.Errorf("over the LAN = %v, want not taken", err)
 				}
 			}
-			if p, _ := b.Peer("alpha"); p.HostPubkey != pinned.HostPubkey || len(p.RetiredKeys) != 0 {
+			if p, _ := b.peerRecord("alpha"); p.HostPubkey != pinned.HostPubkey || len(p.RetiredKeys) != 0 {
 				t.Errorf("peer changed to %+v", p)
 			}
 		})
@@ -374,7 +374,7 @@ func TestApplyRotationRefused(t *testing.T) {
 			t.Errorf("pin of the old key = %v, want ErrPeerKeyMismatch", err)
 		}
 	})
-	p, _ := b.Peer("alpha")
+	p, _ := b.peerRecord("alpha")
 	if p.HostPubkey != third.PublicKey() || !slices.Equal(p.RetiredKeys, []string{old.PublicKey(), next.PublicKey()}) {
 		t.Errorf("peer = %+v, want the chain old → next → third", p)
 	}
@@ -473,9 +473,9 @@ func TestRotationNoticeRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	push(mbx.RotationNoticeID(next.PublicKey(), b.key.PublicKey()), mustJSON(t, forged))
-	before, _ := b.Peer("alpha")
+	before, _ := b.peerRecord("alpha")
 	b.pull()
-	if p, _ := b.Peer("alpha"); p.HostPubkey != before.HostPubkey || len(p.RetiredKeys) != 0 {
+	if p, _ := b.peerRecord("alpha"); p.HostPubkey != before.HostPubkey || len(p.RetiredKeys) != 0 {
 		t.Fatalf("a forged notice changed the pin: %+v", p)
 	}
 	if st, _ := b.RelayStatus(ctx); st.Quarantined != 1 {

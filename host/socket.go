@@ -48,7 +48,7 @@ func (h *Host) pairAdvertiseAddr() string {
 type pairPins struct{ h *Host }
 
 func (p pairPins) PinnedKey(name string) (string, error) {
-	rec, err := p.h.Peer(name)
+	rec, err := p.h.peerRecord(name)
 	if errors.Is(err, ErrUnpaired) {
 		return "", nil
 	}
