@@ -228,12 +228,38 @@ func SignAccept(relay SigningKey, a Accept) (string, error) {
 // AcceptedResult is the push result for an accepted or duplicate item (status StatusAccepted or
 // StatusDuplicate): it signs a with the relay key and lists each target's seq.
 func AcceptedResult(relay SigningKey, status string, a Accept) (PushResult, error) {
-	sig, err := SignAccept(relay, a)
-	if err != nil {
-		return PushResult{}, err
+	return new(AcceptBuf).Result(relay, status, a)
+}
+
+// AcceptBuf is memory AcceptBuf.Result reuses from one statement to the next: the signing input
+// is written over the last one, and the statements' JSON one after the other into one arena
+// (each result's Accept is its own slice of it, valid as long as the result). Not for concurrent
+// use.
+type AcceptBuf struct {
+	input, arena []byte
+}
+
+// Result is AcceptedResult with the statement's bytes written into b.
+func (b *AcceptBuf) Result(relay SigningKey, status string, a Accept) (PushResult, error) {
+	var sig string
+	if in, ok := appendAcceptJSON(b.input[:0], a, true); ok {
+		b.input, sig = in, relay.Sign(in)
+	} else {
+		var err error
+		if sig, err = SignAccept(relay, a); err != nil {
+			return PushResult{}, err
+		}
 	}
-	raw, ok := appendAcceptJSON(make([]byte, 0, 256+160*len(a.Targets)), a, false)
-	if !ok {
+	start := len(b.arena)
+	if need := 256 + 160*len(a.Targets); cap(b.arena)-start < need {
+		// A new arena; the results written so far keep the old one.
+		b.arena, start = make([]byte, 0, max(2*cap(b.arena), need)), 0
+	}
+	raw, ok := appendAcceptJSON(b.arena, a, false)
+	if ok {
+		b.arena, raw = raw, raw[start:len(raw):len(raw)]
+	} else {
+		var err error
 		if raw, err = MarshalJSON(a); err != nil {
 			return PushResult{}, fmt.Errorf("sign accept: %w", err)
 		}

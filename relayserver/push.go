@@ -463,6 +463,7 @@ func (s *Server) pushResults(results []mbx.PushResult, work []*pushWork, sender 
 
 // resultRange fills the results of items first, first+step, first+2·step, ...
 func (s *Server) resultRange(results []mbx.PushResult, work []*pushWork, sender string, first, step int) error {
+	var buf mbx.AcceptBuf // the statements of this range: one signing input, one arena
 	for i := first; i < len(work); i += step {
 		it := work[i]
 		if it.code != "" {
@@ -478,7 +479,7 @@ func (s *Server) resultRange(results []mbx.PushResult, work []*pushWork, sender 
 			status = mbx.StatusDuplicate
 		}
 		a := mbx.NewAccept(s.key.PublicKey(), s.epoch, sender, it.itemID, targets, it.firstAt)
-		res, err := mbx.AcceptedResult(s.key, status, a)
+		res, err := buf.Result(s.key, status, a)
 		if err != nil {
 			return err
 		}
