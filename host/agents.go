@@ -9,13 +9,14 @@ import (
 	"go.etcd.io/bbolt"
 
 	"github.com/agentmbx/agentmbx/api"
+	"github.com/agentmbx/agentmbx/host/mailstore"
 	"github.com/agentmbx/agentmbx/mbx"
 )
 
 // Reserved agent names.
 const (
 	// AgentMBX is the pseudo-sender of the host's own mail (alerts). No agent may send as it.
-	AgentMBX = "mbx"
+	AgentMBX = mailstore.AgentMBX
 	// AgentOwner is the pseudo-agent of the host's owner: the address "owner" delivers to it.
 	AgentOwner = "owner"
 )

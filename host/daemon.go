@@ -159,7 +159,7 @@ func RunDaemon(ctx context.Context, dir string, opts DaemonOptions) (err error) 
 	h.log.Info("daemon stopping")
 	cancelLoop()
 	<-bindDone     // no bind after the LAN server's shutdown below
-	h.mail.close() // long polls (Wait) answer now
+	h.mail.Close() // long polls (Wait) answer now
 	shutCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if err := lanSrv.Shutdown(shutCtx); err != nil {

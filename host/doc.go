@@ -1,10 +1,11 @@
-// Package host is an agentmbx host: its identity and store, its peers and agents, the local
-// mailboxes (indexed by package host/mailindex), sending and receiving, delivery receipts, the
-// outbox loop and the daemon; key rotation (package rotation) is wired in. *Host implements api.Service, api.MailService
-// and api.RelayService on the store; RunDaemon serves the same Host on the control socket
-// (package host/control), so a command works the same whether or not a daemon runs. LAN pairing (Pairing), the LAN server and transport (LANMux) and the relay
-// link (package relaylink, which keeps the relay record and runs the relay loops) are wired in
-// here from their own packages.
+// Package host is an agentmbx host: its identity and store, its peers and agents, sending and
+// receiving, delivery receipts, the outbox loop and the daemon; key rotation (package rotation)
+// and the local mailboxes (package host/mailstore, in the same store) are wired in. Host.Service
+// is the host on its store (api.Service, api.MailService, api.RelayService); RunDaemon serves the
+// same Service on the control socket (package host/control), so a command works the same whether
+// or not a daemon runs. LAN pairing (Pairing), the LAN server and transport (LANMux) and the
+// relay link (package relaylink, which keeps the relay record and runs the relay loops) are wired
+// in here from their own packages.
 //
 // # Home
 //

@@ -196,17 +196,17 @@ func TestReceiptsSettleStates(t *testing.T) {
 		}
 	}
 	step(map[string]string{"bob@beta": "delivered", "bo@beta": "delivered"})
-	if _, err := b.Read(ctx, api.ReadRequest{ID: res.ID, Agent: "bob"}); err != nil {
+	if _, err := b.mail.Read(ctx, api.ReadRequest{ID: res.ID, Agent: "bob"}); err != nil {
 		t.Fatal(err)
 	}
 	step(map[string]string{"bob@beta": "read", "bo@beta": "delivered"})
-	if _, err := b.Ack(ctx, api.AckRequest{ID: res.ID, Agent: "bob", Note: "done, thanks"}); err != nil {
+	if _, err := b.mail.Ack(ctx, api.AckRequest{ID: res.ID, Agent: "bob", Note: "done, thanks"}); err != nil {
 		t.Fatal(err)
 	}
 	b.inbox("bo", false)
 	step(map[string]string{"bob@beta": "acked", "bo@beta": "notified"})
 	// Forward only: reading an acked message leaves it acked and sends nothing.
-	m, err := b.Read(ctx, api.ReadRequest{ID: res.ID, Agent: "bob"})
+	m, err := b.mail.Read(ctx, api.ReadRequest{ID: res.ID, Agent: "bob"})
 	if err != nil || m.State != "acked" {
 		t.Fatalf("read after ack = %q, %v; want acked", m.State, err)
 	}

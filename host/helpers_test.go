@@ -205,7 +205,7 @@ func (th *testHost) send(from string, to []string, subject, body string) api.Sen
 
 func (th *testHost) inbox(agent string, all bool) []api.Message {
 	th.t.Helper()
-	ms, err := th.Inbox(context.Background(), agent, all)
+	ms, err := th.mail.Inbox(context.Background(), agent, all)
 	if err != nil {
 		th.t.Fatalf("%s: Inbox(%s): %v", th.name, agent, err)
 	}

@@ -190,13 +190,13 @@ func TestAgents(t *testing.T) {
 func TestWait(t *testing.T) {
 	a := newTestHost(t, "alpha", newClock())
 	ctx := context.Background()
-	got, err := a.Wait(ctx, "ann", 10*time.Millisecond)
+	got, err := a.mail.Wait(ctx, "ann", 10*time.Millisecond)
 	if err != nil || len(got) != 0 {
 		t.Fatalf("Wait on an empty mailbox = %v, %v; want empty", got, err)
 	}
 	done := make(chan []api.Message, 1)
 	go func() {
-		ms, err := a.Wait(ctx, "ann", time.Minute)
+		ms, err := a.mail.Wait(ctx, "ann", time.Minute)
 		if err != nil {
 			t.Error(err)
 		}
@@ -212,16 +212,16 @@ func TestWait(t *testing.T) {
 		t.Fatal("Wait did not return after mail arrived")
 	}
 	// Unread mail is returned at once; a cancelled context ends the wait.
-	if ms, _ := a.Wait(ctx, "ann", time.Minute); len(ms) != 1 {
+	if ms, _ := a.mail.Wait(ctx, "ann", time.Minute); len(ms) != 1 {
 		t.Fatalf("Wait with unread mail = %d messages", len(ms))
 	}
-	a.Read(ctx, api.ReadRequest{ID: res.ID, Agent: "ann"})
+	a.mail.Read(ctx, api.ReadRequest{ID: res.ID, Agent: "ann"})
 	cctx, cancel := context.WithCancel(ctx)
 	go cancel()
-	if _, err := a.Wait(cctx, "ann", time.Minute); !errors.Is(err, context.Canceled) {
+	if _, err := a.mail.Wait(cctx, "ann", time.Minute); !errors.Is(err, context.Canceled) {
 		t.Fatalf("cancelled Wait = %v", err)
 	}
-	if _, err := a.Read(ctx, api.ReadRequest{ID: "01KKNTQ2CN9WJ3MR4Q1P12F02T", Agent: "ann"}); !errors.Is(err, ErrNotFound) {
+	if _, err := a.mail.Read(ctx, api.ReadRequest{ID: "01KKNTQ2CN9WJ3MR4Q1P12F02T", Agent: "ann"}); !errors.Is(err, ErrNotFound) {
 		t.Fatalf("Read of an unknown message = %v, want ErrNotFound", err)
 	}
 }

@@ -13,6 +13,7 @@ import (
 
 	"go.etcd.io/bbolt"
 
+	"github.com/agentmbx/agentmbx/host/mailstore"
 	"github.com/agentmbx/agentmbx/host/ops"
 	"github.com/agentmbx/agentmbx/inbox"
 	"github.com/agentmbx/agentmbx/internal/syncbuf"
@@ -78,7 +79,7 @@ type Host struct {
 	lanSrv  *lan.Server                        // the LAN server (lan.go)
 	senders map[outbox.Transport]outbox.Sender // the LAN transport (the relay's is made per pass)
 
-	mail   notifier           // wakes Wait when local mail arrives
+	mail   *mailstore.Store   // the agents' mail (mail.go)
 	kick   chan struct{}      // wakes the outbox loop (buffered, 1)
 	relay  *relaylink.Link    // the relay in use (relay_host.go)
 	pair   *pairing.Service   // LAN pairing (socket.go)
@@ -151,7 +152,6 @@ func Open(dir string, opts *Options) (*Host, error) {
 		kick:   make(chan struct{}, 1), inflight: map[string]bool{},
 		linkUp: map[string]bool{}, lanDown: map[string]time.Time{},
 	}
-	h.mail.init()
 	if err := db.Update(func(tx *bbolt.Tx) error {
 		if err := createBuckets(tx); err != nil {
 			return err
@@ -168,6 +168,7 @@ func Open(dir string, opts *Options) (*Host, error) {
 		db.Close()
 		return nil, fmt.Errorf("host: open %s: %w", dir, ErrNotInitialized)
 	}
+	h.mail = mailstore.New(mailstore.Config{DB: db, Name: h.name, Clock: o.Clock, Host: mailHost{h}})
 	ob, err := outbox.Open(db, &outbox.Options{Clock: o.Clock, Jitter: o.Jitter})
 	if err != nil {
 		db.Close()
@@ -206,7 +207,7 @@ func (h *Host) Close() error {
 	}
 	h.closed = true
 	h.mu.Unlock()
-	h.mail.close()
+	h.mail.Close()
 	if err := h.db.Close(); err != nil {
 		return fmt.Errorf("host: close: %w", err)
 	}

@@ -11,6 +11,7 @@ import (
 
 	"go.etcd.io/bbolt"
 
+	"github.com/agentmbx/agentmbx/host/mailstore"
 	"github.com/agentmbx/agentmbx/internal/logkey"
 	"github.com/agentmbx/agentmbx/mbx"
 	"github.com/agentmbx/agentmbx/outbox"
@@ -251,11 +252,9 @@ func (h *Host) spawn(fn func()) {
 // record stores the outcomes of one host's attempt in one transaction, and reports whether it
 // committed.
 func (h *Host) record(ctx context.Context, host string, rows []outbox.Row, out []outbox.Outcome, tr outbox.Transport) bool {
-	alerts := 0
 	link := linkOf(tr, host)
 	answered, silent := linkAnswered(out)
 	err := h.db.Update(func(tx *bbolt.Tx) error {
-		alerts = 0
 		ob := h.ob.In(tx)
 		if answered {
 			if err := h.flushTx(tx, link, tr, host); err != nil {
@@ -279,10 +278,7 @@ func (h *Host) record(ctx context.Context, host string, rows []outbox.Row, out [
 			case outbox.OutcomeRejected:
 				row, err = ob.MarkRejected(r.Key(), tr, o.Reason(), o.Retryable)
 				if err == nil && !o.Retryable {
-					var ok bool
-					if ok, err = h.alertTx(tx, row); ok {
-						alerts++
-					}
+					_, err = h.alertTx(tx, row)
 				}
 			case outbox.OutcomeRelayAccepted:
 				// The statement is checked again against the row as it is now, in the
@@ -339,9 +335,6 @@ func (h *Host) record(ctx context.Context, host string, rows []outbox.Row, out [
 		h.log.Error("recording outbox outcomes", logkey.Peer, host, logkey.Err, err)
 		return false
 	}
-	if alerts > 0 {
-		h.mail.notify()
-	}
 	return true
 }
 
@@ -356,12 +349,12 @@ func (h *Host) alertTx(tx *bbolt.Tx, r outbox.Row) (bool, error) {
 	}
 	now := h.clock()
 	id := h.ulids.New(now)
-	msg := storedMessage{
+	msg := mailstore.Message{
 		ID: id, TS: mbx.ISOTime(now), From: AgentMBX, To: []string{a.Agent + "@" + h.name},
 		Subject: a.Subject, Body: a.Body, Kind: string(mbx.KindAlert), Thread: id, ReplyTo: r.MsgID,
 		Refs: []string{r.MsgID},
 	}
-	if err := h.deliverLocalTx(tx, &msg, []string{a.Agent}, now); err != nil {
+	if err := h.mail.DeliverTx(tx, &msg, []string{a.Agent}, now); err != nil {
 		return false, err
 	}
 	h.log.Warn("message undelivered: sender alerted", logkey.Msg, r.MsgID, logkey.Peer, r.Host, logkey.Agent, a.Agent, logkey.State, r.State.String(), logkey.Reason, r.Reason)
@@ -374,21 +367,16 @@ func (h *Host) sweep(ctx context.Context) (int, error) {
 	if err := ctx.Err(); err != nil {
 		return 0, err
 	}
-	ended, alerts := 0, 0
+	ended := 0
 	err := h.db.Update(func(tx *bbolt.Tx) error {
-		ended, alerts = 0, 0
 		rows, err := h.ob.In(tx).Sweep(sweepLimit)
 		if err != nil {
 			return err
 		}
 		ended = len(rows)
 		for _, r := range rows {
-			ok, err := h.alertTx(tx, r)
-			if err != nil {
+			if _, err := h.alertTx(tx, r); err != nil {
 				return err
-			}
-			if ok {
-				alerts++
 			}
 		}
 		_, err = h.ob.In(tx).Prune(h.clock().Add(-PruneAfter), sweepLimit)
@@ -396,9 +384,6 @@ func (h *Host) sweep(ctx context.Context) (int, error) {
 	})
 	if err != nil {
 		return 0, err
-	}
-	if alerts > 0 {
-		h.mail.notify()
 	}
 	if _, err := h.pruneSeen(sweepLimit); err != nil {
 		return ended, err

@@ -38,6 +38,17 @@ func (h *Host) OutboxPage(ctx context.Context, req api.OutboxRequest) (api.Outbo
 	return api.OutboxPage{Rows: rows, More: p.More}, nil
 }
 
+// pageSize checks a requested page size: 0 is api.DefaultPage (as the mail store's pages).
+func pageSize(n int) (int, error) {
+	switch {
+	case n == 0:
+		return api.DefaultPage, nil
+	case n < 0 || n > api.MaxPage:
+		return 0, fmt.Errorf("%w: limit %d (1 to %d)", ErrInvalid, n, api.MaxPage)
+	}
+	return n, nil
+}
+
 // parseStates reads outbox state names (each at most once).
 func parseStates(names []string) ([]outbox.State, error) {
 	var out []outbox.State

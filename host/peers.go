@@ -46,11 +46,7 @@ func (h *Host) PinPeer(p PeerRecord) error {
 // peers, and released quarantined items or rebound rows may be due.
 func (h *Host) afterPin(released int) {
 	h.relay.KeepSoon()
-	if released > 0 {
-		h.wake()
-	} else {
-		h.kickOutbox()
-	}
+	h.kickOutbox() // the mail store wakes the waiters when released items are stored
 }
 
 // pinPeerTx is PinPeer's transaction (p validated, AddedAt set): the pin, the peer's outbox rows

@@ -10,7 +10,7 @@ import (
 
 	"go.etcd.io/bbolt"
 
-	"github.com/agentmbx/agentmbx/host/mailindex"
+	"github.com/agentmbx/agentmbx/host/mailstore"
 	"github.com/agentmbx/agentmbx/internal/logkey"
 	"github.com/agentmbx/agentmbx/mbx"
 	"github.com/agentmbx/agentmbx/outbox"
@@ -40,7 +40,7 @@ type rstateRecord struct {
 
 // queueReceiptTx signs the receipt of agent's copy e of msgID and queues it for host origin. A
 // host that is no longer paired gets none (nothing is ever sent to an unpinned host).
-func (h *Host) queueReceiptTx(tx *bbolt.Tx, origin, msgID, agent string, e mboxEntry, now time.Time) error {
+func (h *Host) queueReceiptTx(tx *bbolt.Tx, origin, msgID, agent string, e mailstore.Copy, now time.Time) error {
 	p, err := peerTx(tx, origin)
 	if errors.Is(err, ErrUnpaired) {
 		return nil
@@ -164,7 +164,7 @@ func (h *Host) acceptReceiptTx(tx *bbolt.Tx, item []byte, hop string) (itemID st
 	if err := putJSON(tx.Bucket(bucketRState), key2(s.Rec.Msg, s.Rec.Recipient), r); err != nil {
 		return itemID, "", err
 	}
-	if err := mailindex.NoteKnownTx(tx, s.Rec.Recipient, host); err != nil {
+	if err := mailstore.NoteKnownTx(tx, s.Rec.Recipient, host); err != nil {
 		return itemID, "", err
 	}
 	if _, from, err := h.ob.In(tx).Settle(s.Rec.Msg, host); err != nil {

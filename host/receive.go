@@ -9,6 +9,7 @@ import (
 
 	"go.etcd.io/bbolt"
 
+	"github.com/agentmbx/agentmbx/host/mailstore"
 	"github.com/agentmbx/agentmbx/internal/logkey"
 	"github.com/agentmbx/agentmbx/mbx"
 )
@@ -34,7 +35,7 @@ const (
 type incoming struct {
 	Peer PeerRecord
 	Env  *mbx.Envelope // the stored form: body in plaintext
-	msg  storedMessage
+	msg  mailstore.Message
 }
 
 // rejectedError is a refusal of a received item; Reason is what follows "rejected:".
@@ -91,7 +92,7 @@ func (h *Host) prepareEnvelope(peer PeerRecord, wire []byte, sealed bool) (*inco
 	if env.ReplyTo != nil {
 		replyTo = *env.ReplyTo
 	}
-	in := &incoming{Peer: peer, Env: env, msg: storedMessage{
+	in := &incoming{Peer: peer, Env: env, msg: mailstore.Message{
 		ID: env.ID, TS: env.TS, From: env.From, To: slices.Clone(env.To), Subject: env.Subject, Body: body,
 		Kind: string(env.Kind), Thread: env.Thread, ReplyTo: replyTo, Refs: slices.Clone(env.Refs),
 		NeedsReply: env.NeedsReply, Origin: peer.Host,
@@ -123,8 +124,7 @@ func (h *Host) commitEnvelopeTx(tx *bbolt.Tx, in *incoming) (string, error) {
 		}
 		return "", reject(ReasonIDConflict)
 	}
-	var prior storedMessage
-	if found, err := getJSON(tx.Bucket(bucketMessages), []byte(id), &prior); err != nil {
+	if prior, found, err := mailstore.MessageTx(tx, id); err != nil {
 		return "", err
 	} else if found {
 		if prior.Origin == in.Peer.Host {
@@ -138,7 +138,7 @@ func (h *Host) commitEnvelopeTx(tx *bbolt.Tx, in *incoming) (string, error) {
 		return "", err
 	}
 	if len(agents) > 0 {
-		if err := h.deliverLocalTx(tx, &in.msg, agents, now); err != nil {
+		if err := h.mail.DeliverTx(tx, &in.msg, agents, now); err != nil {
 			return "", err
 		}
 	}
@@ -203,14 +203,6 @@ func (h *Host) expandIncomingTx(tx *bbolt.Tx, to []string) ([]string, error) {
 	return out, nil
 }
 
-// wake tells the host that mail was stored and receipts queued outside its own calls (the relay
-// inbox, after committing commitEnvelopeTx or acceptReceiptTx): waiters look at their mailboxes
-// and the outbox loop runs.
-func (h *Host) wake() {
-	h.mail.notify()
-	h.kickOutbox()
-}
-
 // receiveEnvelope is the whole receive path for one envelope from a pinned peer (the relay inbox
 // runs prepareEnvelope and commitEnvelopeTx itself, to commit with its checkpoint): it returns
 // "accepted", "duplicate" or "rejected:<reason>". An error means the store failed and nothing was
@@ -233,7 +225,7 @@ func (h *Host) receiveEnvelope(ctx context.Context, fromHost string, wire []byte
 }
 
 // receiveBatch prepares every envelope, then commits them all in one transaction, and wakes the
-// waiters and the outbox (receipts were queued) after the commit.
+// outbox (receipts were queued) after the commit; the mail store wakes the waiters.
 func (h *Host) receiveBatch(peer PeerRecord, wires [][]byte, sealed bool) ([]string, error) {
 	sts := make([]string, len(wires))
 	ins := make([]*incoming, len(wires))
@@ -245,9 +237,7 @@ func (h *Host) receiveBatch(peer PeerRecord, wires [][]byte, sealed bool) ([]str
 		}
 		ins[i] = in
 	}
-	accepted := 0
 	err := h.db.Update(func(tx *bbolt.Tx) error {
-		accepted = 0
 		// The peer may have been unpinned since it was looked up: nothing from an unpaired host.
 		if _, err := peerTx(tx, peer.Host); err != nil {
 			return err
@@ -268,17 +258,11 @@ func (h *Host) receiveBatch(peer PeerRecord, wires [][]byte, sealed bool) ([]str
 				return err
 			}
 			sts[i] = st
-			if st == mbx.StatusAccepted {
-				accepted++
-			}
 		}
 		return nil
 	})
 	if err != nil {
 		return nil, err
-	}
-	if accepted > 0 {
-		h.mail.notify()
 	}
 	h.kickOutbox()
 	return sts, nil

@@ -96,7 +96,7 @@ func relayLatency(t *testing.T, n int, every, tick, wait time.Duration) []time.D
 	go func() {
 		defer close(done)
 		for {
-			msgs, err := b.h.Wait(ctx, "bob", time.Minute)
+			msgs, err := b.h.mail.Wait(ctx, "bob", time.Minute)
 			now := time.Now()
 			if err != nil {
 				t.Errorf("wait: %v", err)
@@ -111,7 +111,7 @@ func relayLatency(t *testing.T, n int, every, tick, wait time.Duration) []time.D
 			all := len(arrived) == n
 			mu.Unlock()
 			for _, m := range msgs {
-				if _, err := b.h.Read(ctx, api.ReadRequest{ID: m.ID, Agent: "bob"}); err != nil {
+				if _, err := b.h.mail.Read(ctx, api.ReadRequest{ID: m.ID, Agent: "bob"}); err != nil {
 					t.Errorf("read: %v", err)
 					return
 				}

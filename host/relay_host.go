@@ -9,6 +9,7 @@ import (
 	"go.etcd.io/bbolt"
 
 	"github.com/agentmbx/agentmbx/api"
+	"github.com/agentmbx/agentmbx/host/mailstore"
 	"github.com/agentmbx/agentmbx/inbox"
 	"github.com/agentmbx/agentmbx/internal/failpoint"
 	"github.com/agentmbx/agentmbx/mbx"
@@ -49,15 +50,12 @@ func (rh relayHost) Receipt(tx *bbolt.Tx, peer string, wire []byte) (string, err
 
 // Alert leaves the alert of a row that ended undelivered in its sender's mailbox.
 func (rh relayHost) Alert(tx *bbolt.Tx, row outbox.Row) error {
-	alerted, err := rh.alertTx(tx, row)
-	if alerted {
-		tx.OnCommit(rh.mail.notify)
-	}
+	_, err := rh.alertTx(tx, row) // the mail store wakes the waiters at the commit
 	return err
 }
 
 func (rh relayHost) KickOutbox()                  { rh.kickOutbox() }
-func (rh relayHost) Wake()                        { rh.wake() }
+func (rh relayHost) Wake()                        { rh.kickOutbox() } // the mail store wakes the waiters
 func (rh relayHost) Answered(ctx context.Context) { rh.relayAnswered(ctx) }
 
 // senderPeerTx finds the pinned peer that pushed an item (by its current or a retired key).
@@ -132,7 +130,7 @@ func (rh relayHost) Envelope(tx *bbolt.Tx, it inbox.Item) (inbox.Verdict, error)
 	if err := failpoint.Inject(FailRelayHandledBeforeCommit); err != nil {
 		return inbox.Verdict{}, err
 	}
-	tx.OnCommit(h.wake)
+	tx.OnCommit(h.kickOutbox) // receipts were queued; the mail store wakes the waiters
 	return inbox.Accepted(), nil
 }
 
@@ -156,8 +154,7 @@ func causeOf(reason string) quarantine.Cause {
 // sender re-pushed the message, so it still waits for one. Each re-send takes the next seq, so
 // the sender's acceptReceipt takes it. It returns how many it queued.
 func (h *Host) resendReceiptsTx(tx *bbolt.Tx, msgID, origin string) (int, error) {
-	var msg storedMessage
-	found, err := getJSON(tx.Bucket(bucketMessages), []byte(msgID), &msg)
+	msg, found, err := mailstore.MessageTx(tx, msgID)
 	if err != nil || !found || msg.Origin != origin {
 		return 0, err
 	}
@@ -165,35 +162,15 @@ func (h *Host) resendReceiptsTx(tx *bbolt.Tx, msgID, origin string) (int, error)
 	if err != nil {
 		return 0, err
 	}
-	box, ob, now := tx.Bucket(bucketMbox), h.ob.In(tx), h.clock()
-	n := 0
-	for _, a := range agents {
-		var e mboxEntry
-		found, err := getJSON(box, key2(a, msgID), &e)
-		if err != nil {
-			return n, err
-		}
-		if !found || e.Origin != origin {
-			continue
-		}
-		last := mbx.ReceiptItemID(msgID, a+"@"+h.name, e.Seq)
+	ob := h.ob.In(tx)
+	return h.mail.ResendReceiptsTx(tx, msgID, origin, agents, func(agent string, seq int64) (bool, error) {
+		last := mbx.ReceiptItemID(msgID, agent+"@"+h.name, seq)
 		r, err := ob.Get(outbox.Key{ItemID: last, Host: origin})
-		if err == nil && r.State.Active() {
-			continue // still on its way
-		}
 		if err != nil && !errors.Is(err, outbox.ErrNotFound) {
-			return n, err
+			return false, err
 		}
-		e.Seq++
-		if err := h.queueReceiptTx(tx, origin, msgID, a, e, now); err != nil {
-			return n, err
-		}
-		if err := putJSON(box, key2(a, msgID), e); err != nil {
-			return n, err
-		}
-		n++
-	}
-	return n, nil
+		return err == nil && r.State.Active(), nil
+	})
 }
 
 // RelaySet pins a relay (relaylink.Link.RelaySet).

@@ -129,7 +129,7 @@ func TestRelayMailBothWays(t *testing.T) {
 	if a.copies("alice", rep.ID) != 1 || b.copies("bob", res.ID) != 1 {
 		t.Fatal("a message is missing or duplicated")
 	}
-	if _, err := a.Read(ctx, api.ReadRequest{ID: rep.ID, Agent: "alice"}); err != nil {
+	if _, err := a.mail.Read(ctx, api.ReadRequest{ID: rep.ID, Agent: "alice"}); err != nil {
 		t.Fatal(err)
 	}
 	flow(t, a, b)

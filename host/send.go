@@ -10,7 +10,7 @@ import (
 	"go.etcd.io/bbolt"
 
 	"github.com/agentmbx/agentmbx/api"
-	"github.com/agentmbx/agentmbx/host/mailindex"
+	"github.com/agentmbx/agentmbx/host/mailstore"
 	"github.com/agentmbx/agentmbx/internal/logkey"
 	"github.com/agentmbx/agentmbx/mbx"
 	"github.com/agentmbx/agentmbx/outbox"
@@ -165,7 +165,7 @@ func (h *Host) Send(ctx context.Context, req api.SendRequest) (api.SendResult, e
 			return err
 		}
 		if req.Thread == "" && req.ReplyTo != "" {
-			req.Thread, err = replyThreadTx(tx, req.ReplyTo)
+			req.Thread, err = mailstore.ReplyThreadTx(tx, req.ReplyTo)
 		}
 		return err
 	}); err != nil {
@@ -203,7 +203,7 @@ func (h *Host) Send(ctx context.Context, req api.SendRequest) (api.SendResult, e
 	if env.ReplyTo != nil {
 		replyTo = *env.ReplyTo
 	}
-	msg := storedMessage{
+	msg := mailstore.Message{
 		ID: env.ID, TS: env.TS, From: env.From, To: env.To, Subject: env.Subject, Body: env.Body,
 		Kind: string(env.Kind), Thread: env.Thread, ReplyTo: replyTo, Refs: env.Refs, NeedsReply: env.NeedsReply,
 	}
@@ -225,16 +225,13 @@ func (h *Host) Send(ctx context.Context, req api.SendRequest) (api.SendResult, e
 		if err := ensureAgentTx(tx, req.From, now, ""); err != nil {
 			return err
 		}
-		if err := h.deliverLocalTx(tx, &msg, rt.local, now); err != nil {
+		if err := h.mail.DeliverTx(tx, &msg, rt.local, now); err != nil {
 			return err
 		}
 		if err := putJSON(tx.Bucket(bucketSent), []byte(rec.ID), rec); err != nil {
 			return err
 		}
-		if err := mailindex.PutAgentTx(tx, req.From, rec.ID); err != nil {
-			return err
-		}
-		if err := mailindex.NoteNamedTx(tx, rt.named); err != nil {
+		if err := mailstore.NoteSentTx(tx, req.From, rec.ID, rt.named); err != nil {
 			return err
 		}
 		ob := h.ob.In(tx)
@@ -250,9 +247,6 @@ func (h *Host) Send(ctx context.Context, req api.SendRequest) (api.SendResult, e
 	})
 	if err != nil {
 		return api.SendResult{}, fmt.Errorf("host: send: %w", err)
-	}
-	if len(rt.local) > 0 {
-		h.mail.notify()
 	}
 	if len(targets) > 0 {
 		h.kickOutbox()

@@ -15,7 +15,7 @@ import (
 // api.Service, its LAN pairing sessions (so `agentmbx pair` and `join` work while the daemon
 // holds the store) and the relay routes (api.RelayService, which the handler finds on the Host).
 func controlHandler(h *Host) http.Handler {
-	return h.ops.Handler(control.NewHandler(h, h.pair)) // plus /healthz and /readyz (package host/ops)
+	return h.ops.Handler(control.NewHandler(h.Service(), h.pair)) // plus /healthz and /readyz (package host/ops)
 }
 
 // Pairing is the host's LAN pairing (package pairing): its routes are served on the LAN server,

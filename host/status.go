@@ -11,6 +11,7 @@ import (
 	"go.etcd.io/bbolt"
 
 	"github.com/agentmbx/agentmbx/api"
+	"github.com/agentmbx/agentmbx/host/mailstore"
 	"github.com/agentmbx/agentmbx/internal/version"
 	"github.com/agentmbx/agentmbx/mbx"
 	"github.com/agentmbx/agentmbx/outbox"
@@ -57,8 +58,8 @@ func (h *Host) Sent(ctx context.Context, id string) (api.Sent, error) {
 		}
 		out = api.Sent{ID: rec.ID, Subject: rec.Subject, From: rec.From + "@" + h.name, Recipients: []api.Recipient{}}
 		for _, a := range rec.Local {
-			var e mboxEntry
-			if _, err := getJSON(tx.Bucket(bucketMbox), key2(a, id), &e); err != nil {
+			e, _, err := mailstore.CopyTx(tx, a, id)
+			if err != nil {
 				return err
 			}
 			out.Recipients = append(out.Recipients, api.Recipient{Recipient: a + "@" + h.name, Host: h.name,
@@ -148,6 +149,3 @@ func (h *Host) Status(ctx context.Context) (api.Status, error) {
 	}
 	return st, nil
 }
-
-// Host implements api.Service on its store.
-var _ api.Service = (*Host)(nil)

@@ -6,9 +6,10 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/agentmbx/agentmbx/host/mailindex"
-	"github.com/agentmbx/agentmbx/host/peers"
 	"go.etcd.io/bbolt"
+
+	"github.com/agentmbx/agentmbx/host/mailstore"
+	"github.com/agentmbx/agentmbx/host/peers"
 )
 
 // The layout of state.db: one bbolt file, these top-level buckets (k1 ‖ 0x00 ‖ k2 keys; names and
@@ -24,27 +25,25 @@ import (
 //	rstate    msg id ‖ recipient → the last accepted delivery receipt {host, state, seq, at, note}
 //	seen      msg id → {host, at}: received ids, for dedup (kept SeenRetention, 60 days)
 //	seen_at   be64(at) ‖ msg id → "": the prune index of seen
-//	idx_*, fresh  the mail indexes (mailindex.Buckets, schema 2): written with each message, built
-//	          when a schema 1 store is opened
+//	idx_*, fresh  the mail indexes (mailstore.IndexBuckets, schema 2): written with each message,
+//	          built when a schema 1 store is opened
 //	relay     "state" → the pinned relay and what this host knows of it (package relaylink)
 //
-// and the buckets of the packages that share the file: outbox (rows, wire bytes and their
+// messages, mbox, unread and the indexes are package host/mailstore's (mailstore.Buckets). And
+// the buckets of the packages that share the file: outbox (rows, wire bytes and their
 // indexes), quarantine (relay items this host refused) and inbox (relay-positions: the receive
 // checkpoint per relay).
 var (
-	bucketMeta     = []byte("meta")
-	bucketPeers    = peers.Bucket
-	bucketAgents   = []byte("agents")
-	bucketMessages = []byte("messages")
-	bucketMbox     = []byte("mbox")
-	bucketUnread   = []byte("unread")
-	bucketSent     = []byte("sent")
-	bucketRState   = []byte("rstate")
-	bucketSeen     = []byte("seen")
-	bucketSeenAt   = []byte("seen_at")
+	bucketMeta   = []byte("meta")
+	bucketPeers  = peers.Bucket
+	bucketAgents = []byte("agents")
+	bucketSent   = []byte("sent")
+	bucketRState = []byte("rstate")
+	bucketSeen   = []byte("seen")
+	bucketSeenAt = []byte("seen_at")
 
-	allBuckets = append([][]byte{bucketMeta, bucketPeers, bucketAgents, bucketMessages, bucketMbox,
-		bucketUnread, bucketSent, bucketRState, bucketSeen, bucketSeenAt}, mailindex.Buckets...)
+	allBuckets = append([][]byte{bucketMeta, bucketPeers, bucketAgents, bucketSent, bucketRState,
+		bucketSeen, bucketSeenAt}, mailstore.Buckets...)
 
 	metaHost    = []byte("host")
 	metaListen  = []byte("listen")
@@ -53,7 +52,7 @@ var (
 )
 
 // schemaVersion is the layout above. Open refuses a store with a higher one, and builds the
-// mail indexes of a store of version 1 (index.go).
+// mail indexes of a store of version 1 (buildIndexesTx).
 const schemaVersion = 2
 
 func createBuckets(tx *bbolt.Tx) error {

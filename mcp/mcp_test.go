@@ -60,7 +60,7 @@ func serveSocket(t *testing.T, h *host.Host, home string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := &http.Server{Handler: control.NewHandler(h, nil)}
+	srv := &http.Server{Handler: control.NewHandler(h.Service(), nil)}
 	go srv.Serve(ln)
 	t.Cleanup(func() { srv.Close() })
 }
@@ -89,7 +89,7 @@ func session(t *testing.T, agent string, connect mcp.Connect) *sdk.ClientSession
 // storeConnect reaches h directly, as the command does when no daemon runs.
 func storeConnect(h *host.Host) mcp.Connect {
 	return func(context.Context) (mcp.Conn, error) {
-		return mcp.Conn{Host: h, Daemon: false, Close: func() error { return nil }}, nil
+		return mcp.Conn{Host: h.Service(), Daemon: false, Close: func() error { return nil }}, nil
 	}
 }
 

@@ -16,7 +16,7 @@ import (
 )
 
 // Host is a host as the tools use it: mail, threads and search, and the relay's state.
-// *client.Client is one (over the daemon's socket); so is *host.Host (on its store).
+// *client.Client is one (over the daemon's socket); so is host.Service (on its store).
 type Host interface {
 	api.Service
 	api.MailService

@@ -121,7 +121,7 @@ func (w *world) check(topo []soak.Host) (soak.Tally, []string, error) {
 	var alerts []string
 	for i, sh := range w.hosts {
 		for _, a := range topo[i].Agents {
-			msgs, err := sh.h.Inbox(ctx, a.Name, true)
+			msgs, err := sh.h.Service().Inbox(ctx, a.Name, true)
 			if err != nil {
 				return soak.Tally{}, nil, err
 			}

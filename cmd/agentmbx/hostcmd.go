@@ -58,7 +58,7 @@ func openHost(ctx context.Context, cmd *cobra.Command, homeFlag string) (*conn, 
 		}
 		h, err := host.Open(home, &host.Options{Logger: cliLogger(cmd)})
 		if err == nil {
-			return &conn{Service: h, host: h}, nil
+			return &conn{Service: h.Service(), host: h}, nil
 		}
 		if !errors.Is(err, api.ErrLocked) || time.Now().After(deadline) {
 			return nil, explain(err)

@@ -62,6 +62,6 @@ func (nopWriteCloser) Close() error { return nil }
 
 // The two ways a tool call reaches the host are both an mcp.Host.
 var (
-	_ mcp.Host = (*host.Host)(nil)
+	_ mcp.Host = host.Service(nil)
 	_ mcp.Host = (*client.Client)(nil)
 )

@@ -1,4 +1,4 @@
-package mailindex
+package mailstore
 
 import (
 	"fmt"
@@ -10,7 +10,7 @@ import (
 	"go.etcd.io/bbolt"
 )
 
-// TestIntersectDescMatchesBruteForce checks the leapfrog join against set intersection on random
+// TestIntersectDescMatchesBruteForce checks the leapfrog join (intersectDesc) against set intersection on random
 // lists.
 func TestIntersectDescMatchesBruteForce(t *testing.T) {
 	db, err := bbolt.Open(filepath.Join(t.TempDir(), "index.db"), 0o600, nil)
@@ -32,7 +32,7 @@ func TestIntersectDescMatchesBruteForce(t *testing.T) {
 				for range rng.IntN(60) {
 					id := fmt.Sprintf("%04d", rng.IntN(100))
 					sets[i][id] = true
-					if err := b.Put(Key(fmt.Sprint("r", round, "l", i), id), nil); err != nil {
+					if err := b.Put(key(fmt.Sprint("r", round, "l", i), id), nil); err != nil {
 						return err
 					}
 				}
@@ -51,11 +51,11 @@ func TestIntersectDescMatchesBruteForce(t *testing.T) {
 		slices.Sort(want)
 		slices.Reverse(want)
 		db.View(func(tx *bbolt.Tx) error {
-			var lists []*Postings
+			var lists []*postings
 			for i := range sets {
-				lists = append(lists, NewPostings(tx.Bucket([]byte("test")), fmt.Sprint("r", round, "l", i)))
+				lists = append(lists, newPostings(tx.Bucket([]byte("test")), fmt.Sprint("r", round, "l", i)))
 			}
-			IntersectDesc(lists, func(id []byte) bool { got = append(got, string(id)); return true })
+			intersectDesc(lists, func(id []byte) bool { got = append(got, string(id)); return true })
 			return nil
 		})
 		if !slices.Equal(got, want) {

@@ -1,4 +1,4 @@
-package host
+package mailstore
 
 import (
 	"bytes"
@@ -10,20 +10,19 @@ import (
 	"go.etcd.io/bbolt"
 
 	"github.com/agentmbx/agentmbx/api"
-	"github.com/agentmbx/agentmbx/host/mailindex"
 	"github.com/agentmbx/agentmbx/mbx"
 )
 
 // InboxPage lists the newest req.Limit messages of an agent's mail (unread, or all) whose ids
 // follow req.Since, oldest first; More counts the older ones it left out. The copies it shows
 // move from delivered to notified.
-func (h *Host) InboxPage(ctx context.Context, req api.InboxRequest) (api.InboxPage, error) {
+func (s *Store) InboxPage(ctx context.Context, req api.InboxRequest) (api.InboxPage, error) {
 	if err := ctx.Err(); err != nil {
 		return api.InboxPage{}, err
 	}
 	limit, err := checkPage(req.Agent, req.Limit)
 	if err == nil && req.Since != "" && !validRef(req.Since) {
-		err = fmt.Errorf("%w: since %q is not a message id", ErrInvalid, req.Since)
+		err = fmt.Errorf("%w: since %q is not a message id", api.ErrInvalid, req.Since)
 	}
 	if err != nil {
 		return api.InboxPage{}, fmt.Errorf("host: inbox: %w", err)
@@ -32,7 +31,7 @@ func (h *Host) InboxPage(ctx context.Context, req api.InboxRequest) (api.InboxPa
 	if req.All {
 		idx = bucketMbox
 	}
-	page, err := h.showPage(req.Agent, func(tx *bbolt.Tx) ([]string, int) {
+	page, err := s.showPage(req.Agent, func(tx *bbolt.Tx) ([]string, int) {
 		return lastAfter(tx.Bucket(idx), req.Agent, req.Since, limit)
 	})
 	if err != nil {
@@ -45,10 +44,10 @@ func (h *Host) InboxPage(ctx context.Context, req api.InboxRequest) (api.InboxPa
 // ctx ends. It returns the oldest req.Limit new messages, oldest first, and how many new ones it
 // left out; the ones it returns move to notified, so each new message is returned once. At the
 // timeout the page is empty.
-func (h *Host) WaitNew(ctx context.Context, req api.WaitRequest) (api.InboxPage, error) {
+func (s *Store) WaitNew(ctx context.Context, req api.WaitRequest) (api.InboxPage, error) {
 	limit, err := checkPage(req.Agent, req.Limit)
 	if err == nil && (req.Timeout < 0 || req.Timeout > api.MaxWait) {
-		err = fmt.Errorf("%w: timeout %s (0s to %s)", ErrInvalid, req.Timeout, api.MaxWait)
+		err = fmt.Errorf("%w: timeout %s (0s to %s)", api.ErrInvalid, req.Timeout, api.MaxWait)
 	}
 	if err != nil {
 		return api.InboxPage{}, fmt.Errorf("host: wait: %w", err)
@@ -56,21 +55,21 @@ func (h *Host) WaitNew(ctx context.Context, req api.WaitRequest) (api.InboxPage,
 	timer := time.NewTimer(req.Timeout)
 	defer timer.Stop()
 	for {
-		ch, closed := h.mail.wait()
+		ch, closed := s.mail.wait()
 		if closed {
-			return api.InboxPage{}, fmt.Errorf("host: wait: %w", ErrClosed)
+			return api.InboxPage{}, fmt.Errorf("host: wait: %w", api.ErrClosed)
 		}
 		var fresh bool
-		if err := h.db.View(func(tx *bbolt.Tx) error {
-			k, _ := tx.Bucket(mailindex.Fresh).Cursor().Seek(prefix(req.Agent))
+		if err := s.db.View(func(tx *bbolt.Tx) error {
+			k, _ := tx.Bucket(bucketFresh).Cursor().Seek(prefix(req.Agent))
 			fresh = k != nil && bytes.HasPrefix(k, prefix(req.Agent))
 			return nil
 		}); err != nil {
 			return api.InboxPage{}, fmt.Errorf("host: wait: %w", err)
 		}
 		if fresh {
-			page, err := h.showPage(req.Agent, func(tx *bbolt.Tx) ([]string, int) {
-				ids := idsAfter(tx.Bucket(mailindex.Fresh), req.Agent, "")
+			page, err := s.showPage(req.Agent, func(tx *bbolt.Tx) ([]string, int) {
+				ids := idsAfter(tx.Bucket(bucketFresh), req.Agent, "")
 				if len(ids) > limit {
 					return ids[:limit], len(ids) - limit
 				}
@@ -92,8 +91,8 @@ func (h *Host) WaitNew(ctx context.Context, req api.WaitRequest) (api.InboxPage,
 
 // checkPage validates an agent name and a page size (0 is api.DefaultPage).
 func checkPage(agent string, limit int) (int, error) {
-	if !ValidAgentName(agent) {
-		return 0, fmt.Errorf("%w: agent name %q", ErrInvalid, agent)
+	if !mbx.ValidAgentName(agent) {
+		return 0, fmt.Errorf("%w: agent name %q", api.ErrInvalid, agent)
 	}
 	return pageSize(limit)
 }
@@ -133,7 +132,7 @@ func idsAfter(b *bbolt.Bucket, agent, since string) []string {
 	var ids []string
 	p := prefix(agent)
 	c := b.Cursor()
-	k, _ := c.Seek(key2(agent, since))
+	k, _ := c.Seek(key(agent, since))
 	for ; k != nil && bytes.HasPrefix(k, p); k, _ = c.Next() {
 		if id := string(k[len(p):]); id != since {
 			ids = append(ids, id)
@@ -144,15 +143,15 @@ func idsAfter(b *bbolt.Bucket, agent, since string) []string {
 
 // showPage picks a page of agent's copies in one transaction (pick returns their ids and how
 // many it left out), moves the delivered ones to notified and returns them.
-func (h *Host) showPage(agent string, pick func(tx *bbolt.Tx) ([]string, int)) (api.InboxPage, error) {
+func (s *Store) showPage(agent string, pick func(tx *bbolt.Tx) ([]string, int)) (api.InboxPage, error) {
 	var page api.InboxPage
 	changed := false
-	err := h.db.Update(func(tx *bbolt.Tx) error {
+	err := s.db.Update(func(tx *bbolt.Tx) error {
 		ids, more := pick(tx)
 		page, changed = api.InboxPage{Messages: make([]api.Message, 0, len(ids)), More: more}, false
-		now := h.clock()
+		now := s.clock()
 		for _, id := range ids {
-			msg, e, ch, err := h.advanceTx(tx, agent, id, mbx.ReceiptNotified, "", now)
+			msg, e, ch, err := s.advanceTx(tx, agent, id, mbx.ReceiptNotified, "", now)
 			if err != nil {
 				return err
 			}
@@ -162,7 +161,7 @@ func (h *Host) showPage(agent string, pick func(tx *bbolt.Tx) ([]string, int)) (
 		return nil
 	})
 	if err == nil && changed {
-		h.kickOutbox() // receipts may be queued
+		s.host.ReceiptsQueued()
 	}
 	return page, err
 }

@@ -1,4 +1,4 @@
-package host
+package mailstore
 
 import "sync"
 
@@ -12,7 +12,7 @@ type notifier struct {
 
 func (n *notifier) init() { n.ch = make(chan struct{}) }
 
-// wait returns a channel that is closed at the next notify (or close), and whether the host is
+// wait returns a channel that is closed at the next notify (or close), and whether the store is
 // closed already.
 func (n *notifier) wait() (<-chan struct{}, bool) {
 	n.mu.Lock()

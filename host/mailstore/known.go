@@ -1,4 +1,4 @@
-package host
+package mailstore
 
 import (
 	"bytes"
@@ -10,28 +10,27 @@ import (
 	"go.etcd.io/bbolt"
 
 	"github.com/agentmbx/agentmbx/api"
-	"github.com/agentmbx/agentmbx/host/mailindex"
 )
 
 // KnownAgents lists the agents of paired hosts that this host knows of: it had mail or a delivery
 // receipt from them, or sent mail to them by name@host. Hosts no longer paired are left out.
 // Sorted by host, then name.
-func (h *Host) KnownAgents(ctx context.Context) ([]api.KnownAgent, error) {
+func (s *Store) KnownAgents(ctx context.Context) ([]api.KnownAgent, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
 	out := []api.KnownAgent{}
-	err := h.db.View(func(tx *bbolt.Tx) error {
-		peers, err := peersTx(tx)
+	err := s.db.View(func(tx *bbolt.Tx) error {
+		peers, err := s.host.PeersTx(tx)
 		if err != nil {
 			return err
 		}
-		c := tx.Bucket(mailindex.Known).Cursor()
+		c := tx.Bucket(bucketKnown).Cursor()
 		for _, p := range peers {
-			pre := prefix(p.Host)
+			pre := prefix(p)
 			for k, _ := c.Seek(pre); k != nil && bytes.HasPrefix(k, pre); k, _ = c.Next() {
 				name := string(k[len(pre):])
-				out = append(out, api.KnownAgent{Host: p.Host, Name: name, Address: name + "@" + p.Host})
+				out = append(out, api.KnownAgent{Host: p, Name: name, Address: name + "@" + p})
 			}
 		}
 		return nil

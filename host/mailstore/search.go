@@ -1,4 +1,4 @@
-package host
+package mailstore
 
 import (
 	"context"
@@ -8,7 +8,7 @@ import (
 	"go.etcd.io/bbolt"
 
 	"github.com/agentmbx/agentmbx/api"
-	"github.com/agentmbx/agentmbx/host/mailindex"
+	"github.com/agentmbx/agentmbx/mbx"
 )
 
 // maxQueryTerms caps the words of a search query.
@@ -21,7 +21,7 @@ const maxQueryTerms = 16
 // It intersects sorted id lists of the index (one per query word, and the agent's mail) from the
 // newest id down, seeking each list to the current candidate, so it reads about as many keys as
 // the shortest list holds in the worst case and stops after Limit+1 matches.
-func (h *Host) Search(ctx context.Context, req api.SearchRequest) (api.SearchResult, error) {
+func (s *Store) Search(ctx context.Context, req api.SearchRequest) (api.SearchResult, error) {
 	if err := ctx.Err(); err != nil {
 		return api.SearchResult{}, err
 	}
@@ -30,16 +30,16 @@ func (h *Host) Search(ctx context.Context, req api.SearchRequest) (api.SearchRes
 		return api.SearchResult{}, fmt.Errorf("host: search: %w", err)
 	}
 	out := api.SearchResult{Query: req.Query}
-	err = h.db.View(func(tx *bbolt.Tx) error {
-		lists := make([]*mailindex.Postings, 0, len(ts)+1)
+	err = s.db.View(func(tx *bbolt.Tx) error {
+		lists := make([]*postings, 0, len(ts)+1)
 		for _, t := range ts {
-			lists = append(lists, mailindex.NewPostings(tx.Bucket(mailindex.Terms), t))
+			lists = append(lists, newPostings(tx.Bucket(bucketTerms), t))
 		}
 		if req.Agent != "" {
-			lists = append(lists, mailindex.NewPostings(tx.Bucket(mailindex.Agent), req.Agent))
+			lists = append(lists, newPostings(tx.Bucket(bucketAgent), req.Agent))
 		}
 		var ids []string
-		mailindex.IntersectDesc(lists, func(id []byte) bool {
+		intersectDesc(lists, func(id []byte) bool {
 			ids = append(ids, string(id))
 			return len(ids) <= limit
 		})
@@ -47,7 +47,7 @@ func (h *Host) Search(ctx context.Context, req api.SearchRequest) (api.SearchRes
 			ids, out.More = ids[:limit], true
 		}
 		var err error
-		out.Messages, err = h.viewsTx(tx, req.Agent, ids)
+		out.Messages, err = s.viewsTx(tx, req.Agent, ids)
 		return err
 	})
 	if err != nil {
@@ -58,64 +58,63 @@ func (h *Host) Search(ctx context.Context, req api.SearchRequest) (api.SearchRes
 
 // checkSearch validates a search request and returns its words and page size.
 func checkSearch(req api.SearchRequest) ([]string, int, error) {
-	if req.Agent != "" && !ValidAgentName(req.Agent) {
-		return nil, 0, fmt.Errorf("%w: agent name %q", ErrInvalid, req.Agent)
+	if req.Agent != "" && !mbx.ValidAgentName(req.Agent) {
+		return nil, 0, fmt.Errorf("%w: agent name %q", api.ErrInvalid, req.Agent)
 	}
 	if len(req.Query) > api.MaxQuery {
-		return nil, 0, fmt.Errorf("%w: query over %d bytes", ErrInvalid, api.MaxQuery)
+		return nil, 0, fmt.Errorf("%w: query over %d bytes", api.ErrInvalid, api.MaxQuery)
 	}
-	ts := mailindex.Words(req.Query)
+	ts := words(req.Query)
 	if len(ts) == 0 {
-		return nil, 0, fmt.Errorf("%w: the query has no words (letters or digits) to look for", ErrInvalid)
+		return nil, 0, fmt.Errorf("%w: the query has no words (letters or digits) to look for", api.ErrInvalid)
 	}
 	if len(ts) > maxQueryTerms {
-		return nil, 0, fmt.Errorf("%w: query of %d words; at most %d", ErrInvalid, len(ts), maxQueryTerms)
+		return nil, 0, fmt.Errorf("%w: query of %d words; at most %d", api.ErrInvalid, len(ts), maxQueryTerms)
 	}
 	limit, err := pageSize(req.Limit)
 	return ts, limit, err
 }
 
-// pageSize checks a requested page size: 0 is api.DefaultPage.
+// pageSize checks a requested page size: 0 is api.DefaultPage. (Package host checks the outbox
+// page's the same way.)
 func pageSize(n int) (int, error) {
 	switch {
 	case n == 0:
 		return api.DefaultPage, nil
 	case n < 0 || n > api.MaxPage:
-		return 0, fmt.Errorf("%w: limit %d (1 to %d)", ErrInvalid, n, api.MaxPage)
+		return 0, fmt.Errorf("%w: limit %d (1 to %d)", api.ErrInvalid, n, api.MaxPage)
 	}
 	return n, nil
 }
 
 // viewTx is message id as agent sees it: its copy, or "sent" for mail it sent and holds no copy
 // of. With no agent (the host's view) the state is "sent" or "received".
-func (h *Host) viewTx(tx *bbolt.Tx, agent, id string) (api.Message, error) {
-	var m storedMessage
-	found, err := getJSON(tx.Bucket(bucketMessages), []byte(id), &m)
+func (s *Store) viewTx(tx *bbolt.Tx, agent, id string) (api.Message, error) {
+	m, found, err := MessageTx(tx, id)
 	if err != nil {
 		return api.Message{}, err
 	}
 	if !found {
-		return api.Message{}, fmt.Errorf("%w: index names a missing message %s", ErrCorrupt, id)
+		return api.Message{}, fmt.Errorf("%w: index names a missing message %s", api.ErrCorrupt, id)
 	}
 	if agent != "" {
-		var e mboxEntry
-		if found, err := getJSON(tx.Bucket(bucketMbox), key2(agent, id), &e); err != nil || found {
+		if e, found, err := CopyTx(tx, agent, id); err != nil || found {
 			return m.api(agent, e), err
 		}
 	}
-	v := m.api(agent, mboxEntry{})
+	v := m.api(agent, Copy{})
 	v.State = "received"
-	if tx.Bucket(bucketSent).Get([]byte(id)) != nil {
+	if s.host.SentTx(tx, id) {
 		v.State = "sent"
 	}
 	return v, nil
 }
 
 // viewsTx is viewTx of each id, in order.
-func (h *Host) viewsTx(tx *bbolt.Tx, agent string, ids []string) ([]api.Message, error) {
+func (s *Store) viewsTx(tx *bbolt.Tx, agent string, ids []string) ([]api.Message, error) {
 	out := make([]api.Message, 0, len(ids))
 	for _, id := range ids {
-		m, err := h.viewTx(tx, agent, id)
+		m, err := s.viewTx(tx, agent, id)
 		if err != nil {
 			return nil, err
 		}
@@ -126,7 +125,7 @@ func (h *Host) viewsTx(tx *bbolt.Tx, agent string, ids []string) ([]api.Message,
 
 // visibleTx reports whether agent holds or sent message id ("" sees everything).
 func visibleTx(tx *bbolt.Tx, agent, id string) bool {
-	return agent == "" || tx.Bucket(mailindex.Agent).Get(key2(agent, id)) != nil
+	return agent == "" || tx.Bucket(bucketAgent).Get(key(agent, id)) != nil
 }
 
 // validRef is a message or thread id as a request may name it: not empty, at most 1 KiB (a

@@ -1,4 +1,4 @@
-package host
+package mailstore
 
 import (
 	"context"
@@ -11,7 +11,6 @@ import (
 	"go.etcd.io/bbolt"
 
 	"github.com/agentmbx/agentmbx/api"
-	"github.com/agentmbx/agentmbx/internal/testkit"
 	"github.com/agentmbx/agentmbx/mbx"
 )
 
@@ -23,10 +22,9 @@ import (
 // with nothing in common); "zebra" is in ten. Threads are runs of ten messages.
 func BenchmarkMailbox100k(b *testing.B) {
 	const n = 100_000
-	clock := testkit.NewClock(time.Date(2026, 10, 2, 10, 0, 0, 0, time.UTC))
-	h := newBenchHost(b, "alpha", clock)
+	h := newTestStore(b, false)
 	start := time.Now()
-	ids := fillMailbox(b, h, clock, n)
+	ids := fillMailbox(b, h, n)
 	var size int64
 	h.db.View(func(tx *bbolt.Tx) error { size = tx.Size(); return nil })
 	b.Logf("generated %d messages in %s; state.db %d MiB", n, time.Since(start).Round(time.Millisecond), size>>20)
@@ -70,7 +68,8 @@ func BenchmarkMailbox100k(b *testing.B) {
 
 // fillMailbox delivers n generated messages from alice to bob (and every hundredth to carol),
 // 2,000 to a transaction, and returns their ids in order.
-func fillMailbox(b *testing.B, h *Host, clock *testkit.Clock, n int) []string {
+func fillMailbox(b *testing.B, h *testStore, n int) []string {
+	clock := h.clock
 	zipf := rand.NewZipf(rand.New(rand.NewPCG(8, 8)), 1.1, 1, 1999)
 	words := func(k int) string {
 		var sb strings.Builder
@@ -106,9 +105,9 @@ func fillMailbox(b *testing.B, h *Host, clock *testkit.Clock, n int) []string {
 				if i%100 == 0 {
 					to = append(to, "carol")
 				}
-				m := storedMessage{ID: id, TS: mbx.ISOTime(clock.Now()), From: "alice@alpha", To: to,
+				m := Message{ID: id, TS: mbx.ISOTime(clock.Now()), From: "alice@alpha", To: to,
 					Subject: words(4), Body: body, Kind: "message", Thread: thread}
-				if err := h.deliverLocalTx(tx, &m, to, clock.Now()); err != nil {
+				if err := h.DeliverTx(tx, &m, to, clock.Now()); err != nil {
 					return err
 				}
 				ids = append(ids, id)
