@@ -58,8 +58,8 @@ const (
 	MaxWait     = 10 * time.Minute
 )
 
-// Service is what a host offers its agents and its owner. *host.Host implements it on the store;
-// client.Client implements it over the control socket.
+// Service is what a host offers its agents and its owner. host.Service implements it on the store
+// (Host.Service); client.Client implements it over the control socket.
 type Service interface {
 	// Send accepts a message for delivery and returns once it is durable (every outbox row and
 	// local delivery committed). Addresses: name@host, bare name, role:<role>, *, owner.

@@ -25,8 +25,8 @@ const (
 )
 
 // MailService is the part of an agent's mailbox beyond Service: bounded inbox pages, waiting for
-// new mail, threads, search and replies. *host.Host implements it on the store, client.Client over
-// the control socket.
+// new mail, threads, search and replies. host.Service implements it on the store (its mail from
+// package host/mailstore), client.Client over the control socket.
 type MailService interface {
 	// InboxPage lists the newest Limit messages of an agent's mail after Since (unread, or all),
 	// oldest first, and how many older ones it left out. The copies it shows move from

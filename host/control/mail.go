@@ -11,7 +11,7 @@ import (
 )
 
 // The mail routes of the control socket (see api.MailService), served when the service is also
-// an api.MailService (*host.Host is):
+// an api.MailService (host.Service is):
 //
 //	GET  /v1/inbox/page  ?agent=&all=1&since=&limit=  → api.InboxPage
 //	GET  /v1/wait/new    ?agent=&timeout=&limit=      → api.InboxPage
