@@ -50,9 +50,9 @@ func (m mailHost) SentTx(tx *bbolt.Tx, id string) bool {
 }
 
 func (m mailHost) PeersTx(tx *bbolt.Tx) ([]string, error) {
-	peers, err := peersTx(tx)
-	names := make([]string, len(peers))
-	for i, p := range peers {
+	ps, err := peersTx(tx)
+	names := make([]string, len(ps))
+	for i, p := range ps {
 		names[i] = p.Host
 	}
 	return names, err
