@@ -53,8 +53,11 @@ func TestE2EOutboxRetry(t *testing.T) {
 		Already int `json:"already_due"`
 	}
 	a.mustJSON(&res, "outbox", "retry", "--all")
-	if res.Due+res.Already != 1 {
-		t.Fatalf("outbox retry --all = %+v, want the one row", res)
+	// The daemon may have found beta back on its own (its probe of silent peers) and sent the
+	// row before the retry: then there is nothing left to make due, and the row is no longer
+	// pending. Otherwise the retry names exactly the one row.
+	if n := res.Due + res.Already; n > 1 || n == 0 && stillPending(a, id) {
+		t.Fatalf("outbox retry --all = %+v, want the one row (rows %+v)", res, a.outboxRows(id))
 	}
 	b.waitMail("bob", id)
 	a.waitSent(id, "delivered", "bob@beta")
@@ -83,4 +86,10 @@ func TestE2EOutboxRetry(t *testing.T) {
 		t.Fatalf("retry without a daemon: exit %d\nstdout %q\nstderr %q", r.code, r.stdout, r.stderr)
 	}
 	b.stop()
+}
+
+// stillPending reports whether the outbox of n has message id's one row pending.
+func stillPending(n *node, id string) bool {
+	rows := n.outboxRows(id)
+	return len(rows) == 1 && rows[0].State == "pending"
 }
