@@ -2,14 +2,15 @@ package host
 
 import (
 	"encoding/binary"
-	"encoding/json"
 	"fmt"
 	"time"
 
 	"go.etcd.io/bbolt"
 
+	"github.com/agentmbx/agentmbx/host/agents"
 	"github.com/agentmbx/agentmbx/host/mailstore"
 	"github.com/agentmbx/agentmbx/host/peers"
+	"github.com/agentmbx/agentmbx/internal/boltjson"
 )
 
 // The layout of state.db: one bbolt file, these top-level buckets (k1 ‖ 0x00 ‖ k2 keys; names and
@@ -17,7 +18,7 @@ import (
 //
 //	meta      "host", "listen", "created", "schema" (be64), "heard:<host>" (a receipt came from host)
 //	peers     host → peers.Record JSON (host key, enc key, addr, retired keys; package host/peers)
-//	agents    name → {name, role, added_at}
+//	agents    name → {name, role, added_at, created_by} (package host/agents)
 //	messages  msg id → the plaintext message (mail received, sent here, and alerts)
 //	mbox      agent ‖ msg id → {state, at, note, seq, origin}: one local recipient's copy
 //	unread    agent ‖ msg id → "": the copies not yet read (delivered, notified)
@@ -36,7 +37,7 @@ import (
 var (
 	bucketMeta   = []byte("meta")
 	bucketPeers  = peers.Bucket
-	bucketAgents = []byte("agents")
+	bucketAgents = agents.Bucket
 	bucketSent   = []byte("sent")
 	bucketRState = []byte("rstate")
 	bucketSeen   = []byte("seen")
@@ -102,21 +103,6 @@ func keyTime(k []byte) time.Time {
 	return time.UnixMilli(int64(binary.BigEndian.Uint64(k[:8]) ^ (1 << 63))).UTC()
 }
 
-func getJSON(b *bbolt.Bucket, key []byte, v any) (bool, error) {
-	raw := b.Get(key)
-	if raw == nil {
-		return false, nil
-	}
-	if err := json.Unmarshal(raw, v); err != nil {
-		return true, fmt.Errorf("%w: %s %q: %v", ErrCorrupt, "record", key, err)
-	}
-	return true, nil
-}
+func getJSON(b *bbolt.Bucket, key []byte, v any) (bool, error) { return boltjson.Get(b, key, v) }
 
-func putJSON(b *bbolt.Bucket, key []byte, v any) error {
-	raw, err := json.Marshal(v)
-	if err != nil {
-		return err
-	}
-	return b.Put(key, raw)
-}
+func putJSON(b *bbolt.Bucket, key []byte, v any) error { return boltjson.Put(b, key, v) }

@@ -2,19 +2,19 @@ package mailstore
 
 import (
 	"context"
-	"encoding/json"
-	"fmt"
 	"time"
 
 	"go.etcd.io/bbolt"
 
 	"github.com/agentmbx/agentmbx/api"
+	"github.com/agentmbx/agentmbx/host/agents"
+	"github.com/agentmbx/agentmbx/internal/boltjson"
 	"github.com/agentmbx/agentmbx/mbx"
 )
 
 // AgentMBX is the pseudo-sender of the host's own mail (alerts): no agent may send as it, and
 // its mail cannot be answered.
-const AgentMBX = "mbx"
+const AgentMBX = agents.MBX
 
 var (
 	bucketMessages = []byte("messages") // msg id → Message JSON
@@ -130,21 +130,6 @@ func CopyTx(tx *bbolt.Tx, agent, id string) (Copy, bool, error) {
 // prefix is a ‖ 0x00: a prefix scan of it finds exactly a's keys (names and ids hold no NUL).
 func prefix(a string) []byte { return append([]byte(a), 0) }
 
-func getJSON(b *bbolt.Bucket, k []byte, v any) (bool, error) {
-	raw := b.Get(k)
-	if raw == nil {
-		return false, nil
-	}
-	if err := json.Unmarshal(raw, v); err != nil {
-		return true, fmt.Errorf("%w: %s %q: %v", api.ErrCorrupt, "record", k, err)
-	}
-	return true, nil
-}
+func getJSON(b *bbolt.Bucket, k []byte, v any) (bool, error) { return boltjson.Get(b, k, v) }
 
-func putJSON(b *bbolt.Bucket, k []byte, v any) error {
-	raw, err := json.Marshal(v)
-	if err != nil {
-		return err
-	}
-	return b.Put(k, raw)
-}
+func putJSON(b *bbolt.Bucket, k []byte, v any) error { return boltjson.Put(b, k, v) }

@@ -9,6 +9,7 @@ import (
 	"go.etcd.io/bbolt"
 
 	"github.com/agentmbx/agentmbx/api"
+	"github.com/agentmbx/agentmbx/host/agents"
 	"github.com/agentmbx/agentmbx/mbx"
 )
 
@@ -144,16 +145,8 @@ func (s *Store) replyRecipients(agent string, m *Message) ([]string, error) {
 	return []string{m.From}, nil
 }
 
-// checkSender refuses AgentMBX and what is not an agent name.
-func checkSender(name string) error {
-	if name == AgentMBX {
-		return fmt.Errorf("%w: %q is the host's own sender", api.ErrReserved, name)
-	}
-	if !mbx.ValidAgentName(name) {
-		return fmt.Errorf("%w: agent name %q (a-z, 0-9 and -, 2 to 40 characters)", api.ErrInvalid, name)
-	}
-	return nil
-}
+// checkSender refuses AgentMBX and what is not an agent name (agents.CheckName).
+func checkSender(name string) error { return agents.CheckName(name) }
 
 // The store serves the control socket's mail routes.
 var _ api.MailService = (*Store)(nil)

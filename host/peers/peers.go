@@ -7,7 +7,6 @@
 package peers
 
 import (
-	"encoding/json"
 	"fmt"
 	"net"
 	"slices"
@@ -17,6 +16,7 @@ import (
 	"go.etcd.io/bbolt"
 
 	"github.com/agentmbx/agentmbx/api"
+	"github.com/agentmbx/agentmbx/internal/boltjson"
 	"github.com/agentmbx/agentmbx/mbx"
 )
 
@@ -123,7 +123,7 @@ func Pin(tx *bbolt.Tx, p *Record) (rebind bool, err error) {
 			return nil
 		}
 		var o Record
-		if _, err := getJSON(b, k, &o); err != nil {
+		if _, err := boltjson.Get(b, k, &o); err != nil {
 			return err
 		}
 		if o.HostPubkey == p.HostPubkey || slices.Contains(o.RetiredKeys, p.HostPubkey) {
@@ -135,7 +135,7 @@ func Pin(tx *bbolt.Tx, p *Record) (rebind bool, err error) {
 		return false, err
 	}
 	var old Record
-	found, err := getJSON(b, []byte(p.Host), &old)
+	found, err := boltjson.Get(b, []byte(p.Host), &old)
 	if err != nil {
 		return false, err
 	}
@@ -149,11 +149,7 @@ func Pin(tx *bbolt.Tx, p *Record) (rebind bool, err error) {
 		}
 		merge(p, old)
 	}
-	raw, err := json.Marshal(p)
-	if err != nil {
-		return false, err
-	}
-	return rebind, b.Put([]byte(p.Host), raw)
+	return rebind, boltjson.Put(b, []byte(p.Host), p)
 }
 
 // merge keeps what old knew and p does not say: retired keys (old's current enc key among them
@@ -187,7 +183,7 @@ func mergeKeys(a, b []string, current string) []string {
 // Get returns the pinned peer named host (api.ErrUnpaired when there is none).
 func Get(tx *bbolt.Tx, host string) (Record, error) {
 	var p Record
-	found, err := getJSON(tx.Bucket(Bucket), []byte(host), &p)
+	found, err := boltjson.Get(tx.Bucket(Bucket), []byte(host), &p)
 	if err != nil {
 		return p, err
 	}
@@ -218,7 +214,7 @@ func List(tx *bbolt.Tx) ([]Record, error) {
 	b := tx.Bucket(Bucket)
 	err := b.ForEach(func(k, _ []byte) error {
 		var p Record
-		if _, err := getJSON(b, k, &p); err != nil {
+		if _, err := boltjson.Get(b, k, &p); err != nil {
 			return err
 		}
 		out = append(out, p)
@@ -234,15 +230,4 @@ func Remove(tx *bbolt.Tx, host string) error {
 		return fmt.Errorf("peer %q: %w", host, api.ErrNotFound)
 	}
 	return b.Delete([]byte(host))
-}
-
-func getJSON(b *bbolt.Bucket, key []byte, v any) (bool, error) {
-	raw := b.Get(key)
-	if raw == nil {
-		return false, nil
-	}
-	if err := json.Unmarshal(raw, v); err != nil {
-		return true, fmt.Errorf("%w: %s %q: %v", api.ErrCorrupt, "record", key, err)
-	}
-	return true, nil
 }

@@ -1,0 +1,33 @@
+// Package boltjson reads and writes JSON values in a bbolt bucket, the way the host's stores keep
+// their records: a value that does not decode is api.ErrCorrupt, naming its key.
+package boltjson
+
+import (
+	"encoding/json"
+	"fmt"
+
+	"go.etcd.io/bbolt"
+
+	"github.com/agentmbx/agentmbx/api"
+)
+
+// Get decodes the value of key into v; found is false (and v untouched) when there is none.
+func Get(b *bbolt.Bucket, key []byte, v any) (found bool, err error) {
+	raw := b.Get(key)
+	if raw == nil {
+		return false, nil
+	}
+	if err := json.Unmarshal(raw, v); err != nil {
+		return true, fmt.Errorf("%w: %s %q: %v", api.ErrCorrupt, "record", key, err)
+	}
+	return true, nil
+}
+
+// Put stores v as JSON under key.
+func Put(b *bbolt.Bucket, key []byte, v any) error {
+	raw, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	return b.Put(key, raw)
+}
