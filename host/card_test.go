@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentmbx/agentmbx/api"
 	"github.com/agentmbx/agentmbx/host/card"
 	"github.com/agentmbx/agentmbx/internal/testkit"
 	"github.com/agentmbx/agentmbx/mbx"
@@ -80,8 +81,8 @@ func TestCardRoundTrip(t *testing.T) {
 func TestCardBadAddr(t *testing.T) {
 	h, _ := pairTestHost(t, "alpha", newClock())
 	for _, addr := range []string{"nohost", ":7373", "host:0", "host:65536", "host:07373", "host:x", "a b:1"} {
-		if _, err := h.Card(context.Background(), addr); !errors.Is(err, ErrInvalid) {
-			t.Errorf("Card(%q) err = %v, want ErrInvalid", addr, err)
+		if _, err := h.Card(context.Background(), addr); !errors.Is(err, api.ErrInvalid) {
+			t.Errorf("Card(%q) err = %v, want api.ErrInvalid", addr, err)
 		}
 	}
 }
@@ -142,47 +143,47 @@ func TestParseCardRefuses(t *testing.T) {
 		data []byte
 		want error
 	}{
-		{"not json", []byte("card"), ErrCardMalformed},
-		{"empty", nil, ErrCardMalformed},
-		{"array", []byte(`[1]`), ErrCardMalformed},
-		{"trailing data", append(append([]byte{}, good...), []byte(" {}")...), ErrCardMalformed},
-		{"no sig", []byte(`{"card":{}}`), ErrCardMalformed},
+		{"not json", []byte("card"), card.ErrMalformed},
+		{"empty", nil, card.ErrMalformed},
+		{"array", []byte(`[1]`), card.ErrMalformed},
+		{"trailing data", append(append([]byte{}, good...), []byte(" {}")...), card.ErrMalformed},
+		{"no sig", []byte(`{"card":{}}`), card.ErrMalformed},
 		{"extra top field", func() []byte {
 			var top map[string]any
 			json.Unmarshal(good, &top)
 			top["note"] = "hi"
 			b, _ := json.Marshal(top)
 			return b
-		}(), ErrCardMalformed},
-		{"too large", append(bytes.Repeat([]byte(" "), MaxCardBytes), good...), ErrCardMalformed},
-		{"version 2", with(func(m map[string]any) { m["v"] = 2 }), ErrCardMalformed},
-		{"version string", with(func(m map[string]any) { m["v"] = "1" }), ErrCardMalformed},
-		{"wrong type", with(func(m map[string]any) { m["type"] = "enc-ad" }), ErrCardMalformed},
-		{"bad host name", with(func(m map[string]any) { m["host"] = "-alpha" }), ErrCardMalformed},
-		{"host name too long", with(func(m map[string]any) { m["host"] = strings.Repeat("a", 64) }), ErrCardMalformed},
-		{"host not a string", with(func(m map[string]any) { m["host"] = 7 }), ErrCardMalformed},
-		{"short host key", with(func(m map[string]any) { m["host_pubkey"] = k.PublicKey()[:40] }), ErrCardMalformed},
+		}(), card.ErrMalformed},
+		{"too large", append(bytes.Repeat([]byte(" "), MaxCardBytes), good...), card.ErrMalformed},
+		{"version 2", with(func(m map[string]any) { m["v"] = 2 }), card.ErrMalformed},
+		{"version string", with(func(m map[string]any) { m["v"] = "1" }), card.ErrMalformed},
+		{"wrong type", with(func(m map[string]any) { m["type"] = "enc-ad" }), card.ErrMalformed},
+		{"bad host name", with(func(m map[string]any) { m["host"] = "-alpha" }), card.ErrMalformed},
+		{"host name too long", with(func(m map[string]any) { m["host"] = strings.Repeat("a", 64) }), card.ErrMalformed},
+		{"host not a string", with(func(m map[string]any) { m["host"] = 7 }), card.ErrMalformed},
+		{"short host key", with(func(m map[string]any) { m["host_pubkey"] = k.PublicKey()[:40] }), card.ErrMalformed},
 		{"url-safe enc key", with(func(m map[string]any) {
 			m["enc_pub"] = strings.NewReplacer("+", "-", "/", "_").Replace(mbx.B64(bytes.Repeat([]byte{0xfb}, 32)))
-		}), ErrCardMalformed},
-		{"missing enc key", with(func(m map[string]any) { delete(m, "enc_pub") }), ErrCardMalformed},
-		{"extra field", with(func(m map[string]any) { m["relay"] = "x" }), ErrCardMalformed},
-		{"addr without port", with(func(m map[string]any) { m["addr"] = "10.0.0.1" }), ErrCardMalformed},
-		{"addr without host", with(func(m map[string]any) { m["addr"] = ":7373" }), ErrCardMalformed},
-		{"addr not a string", with(func(m map[string]any) { m["addr"] = nil }), ErrCardMalformed},
-		{"at not a time", with(func(m map[string]any) { m["at"] = "yesterday" }), ErrCardMalformed},
-		{"tampered host", tamper(func(m map[string]any) { m["host"] = "mallory" }), ErrCardSignature},
-		{"tampered enc key", tamper(func(m map[string]any) { m["enc_pub"] = other.PublicKey() }), ErrCardSignature},
-		{"tampered addr", tamper(func(m map[string]any) { m["addr"] = "10.6.6.6:7373" }), ErrCardSignature},
-		{"addr removed", tamper(func(m map[string]any) { delete(m, "addr") }), ErrCardSignature},
-		{"host key swapped", tamper(func(m map[string]any) { m["host_pubkey"] = other.PublicKey() }), ErrCardSignature},
+		}), card.ErrMalformed},
+		{"missing enc key", with(func(m map[string]any) { delete(m, "enc_pub") }), card.ErrMalformed},
+		{"extra field", with(func(m map[string]any) { m["relay"] = "x" }), card.ErrMalformed},
+		{"addr without port", with(func(m map[string]any) { m["addr"] = "10.0.0.1" }), card.ErrMalformed},
+		{"addr without host", with(func(m map[string]any) { m["addr"] = ":7373" }), card.ErrMalformed},
+		{"addr not a string", with(func(m map[string]any) { m["addr"] = nil }), card.ErrMalformed},
+		{"at not a time", with(func(m map[string]any) { m["at"] = "yesterday" }), card.ErrMalformed},
+		{"tampered host", tamper(func(m map[string]any) { m["host"] = "mallory" }), card.ErrSignature},
+		{"tampered enc key", tamper(func(m map[string]any) { m["enc_pub"] = other.PublicKey() }), card.ErrSignature},
+		{"tampered addr", tamper(func(m map[string]any) { m["addr"] = "10.6.6.6:7373" }), card.ErrSignature},
+		{"addr removed", tamper(func(m map[string]any) { delete(m, "addr") }), card.ErrSignature},
+		{"host key swapped", tamper(func(m map[string]any) { m["host_pubkey"] = other.PublicKey() }), card.ErrSignature},
 		{"signed by another key", func() []byte {
 			m := body()
 			in, _ := mbx.Canonical(m)
 			b, _ := json.Marshal(map[string]any{"card": m, "sig": other.Sign(in)})
 			return b
-		}(), ErrCardSignature},
-		{"6 minutes ahead", with(func(m map[string]any) { m["at"] = mbx.ISOTime(now.Add(6 * time.Minute)) }), ErrCardFuture},
+		}(), card.ErrSignature},
+		{"6 minutes ahead", with(func(m map[string]any) { m["at"] = mbx.ISOTime(now.Add(6 * time.Minute)) }), card.ErrFuture},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -208,8 +209,8 @@ func TestParseCardClockSkew(t *testing.T) {
 	}
 	clock.Advance(2 * time.Minute) // 6 minutes ahead
 	future, _ := h.Card(context.Background(), "")
-	if _, err := ParseCard(future, now); !errors.Is(err, ErrCardFuture) {
-		t.Errorf("card 6 minutes ahead: err = %v, want ErrCardFuture", err)
+	if _, err := ParseCard(future, now); !errors.Is(err, card.ErrFuture) {
+		t.Errorf("card 6 minutes ahead: err = %v, want card.ErrFuture", err)
 	}
 	// An old card is fine: the reader checks the fingerprint, not the age.
 	if _, err := ParseCard(ahead, now.Add(400*24*time.Hour)); err != nil {
@@ -223,18 +224,18 @@ func TestAddPeerFromCard(t *testing.T) {
 	clock := newClock()
 	a, _ := pairTestHost(t, "alpha", clock)
 	b, _ := pairTestHost(t, "beta", clock)
-	card, err := b.Card(context.Background(), "10.0.0.2:7373")
+	signed, err := b.Card(context.Background(), "10.0.0.2:7373")
 	if err != nil {
 		t.Fatal(err)
 	}
-	bad := bytes.Replace(card, []byte(`"beta"`), []byte(`"betb"`), 1)
-	if _, err := a.AddPeer(ctx, bad); !errors.Is(err, ErrCardSignature) {
-		t.Fatalf("AddPeer(tampered) err = %v, want ErrCardSignature", err)
+	bad := bytes.Replace(signed, []byte(`"beta"`), []byte(`"betb"`), 1)
+	if _, err := a.AddPeer(ctx, bad); !errors.Is(err, card.ErrSignature) {
+		t.Fatalf("AddPeer(tampered) err = %v, want card.ErrSignature", err)
 	}
 	if ps, _ := a.Peers(ctx); len(ps) != 0 {
 		t.Fatalf("tampered card pinned %v", ps)
 	}
-	p, err := a.AddPeer(ctx, card)
+	p, err := a.AddPeer(ctx, signed)
 	if err != nil {
 		t.Fatalf("AddPeer: %v", err)
 	}
@@ -243,8 +244,8 @@ func TestAddPeerFromCard(t *testing.T) {
 		t.Errorf("AddPeer = %+v", p)
 	}
 	own, _ := a.Card(context.Background(), "")
-	if _, err := a.AddPeer(ctx, own); !errors.Is(err, ErrSelf) {
-		t.Errorf("AddPeer(own card) err = %v, want ErrSelf", err)
+	if _, err := a.AddPeer(ctx, own); !errors.Is(err, api.ErrSelf) {
+		t.Errorf("AddPeer(own card) err = %v, want api.ErrSelf", err)
 	}
 }
 

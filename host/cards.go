@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/agentmbx/agentmbx/api"
 	"github.com/agentmbx/agentmbx/host/card"
 	"github.com/agentmbx/agentmbx/mbx"
 )
@@ -25,14 +26,14 @@ const (
 func (h *Host) Card(_ context.Context, addr string) ([]byte, error) {
 	if addr != "" {
 		if err := mbx.CheckDialAddr(addr); err != nil {
-			return nil, fmt.Errorf("host: card: %w: %v", ErrInvalid, err)
+			return nil, fmt.Errorf("host: card: %w: %v", api.ErrInvalid, err)
 		}
 	}
 	return card.Make(h.name, h.key, h.enc.PublicKey(), addr, h.clock())
 }
 
 // ParseCard reads a host card (card.Parse) and returns the peer it describes (AddedAt is left
-// zero). Its errors match ErrCardMalformed, ErrCardSignature and ErrCardFuture.
+// zero). Its errors match card.ErrMalformed, card.ErrSignature and card.ErrFuture.
 func ParseCard(data []byte, now time.Time) (PeerRecord, error) {
 	c, err := card.Parse(data, now)
 	if err != nil {

@@ -65,7 +65,7 @@ func RunDaemon(ctx context.Context, dir string, opts DaemonOptions) (err error) 
 	}
 	h, err := Open(dir, &o)
 	if err != nil {
-		return err // Open's error names the home already (and wraps ErrLocked when a daemon runs)
+		return err // Open's error names the home already (and wraps api.ErrLocked when a daemon runs)
 	}
 	defer func() {
 		if cerr := h.Close(); err == nil && cerr != nil {
@@ -84,7 +84,7 @@ func RunDaemon(ctx context.Context, dir string, opts DaemonOptions) (err error) 
 		listen = DefaultListen
 	}
 	if _, _, err := splitListen(listen); err != nil {
-		return fmt.Errorf("host: daemon: listen: %w: %v", ErrInvalid, err)
+		return fmt.Errorf("host: daemon: listen: %w: %v", api.ErrInvalid, err)
 	}
 	sockPath := filepath.Join(dir, api.SocketName)
 	// We hold the store's lock, so a socket file left here is a dead daemon's.

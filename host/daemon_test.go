@@ -73,11 +73,11 @@ func TestDaemonsDeliverThroughSockets(t *testing.T) {
 		t.Fatalf("control socket: %v, %v", fi.Mode(), err)
 	}
 	// The daemon holds the store: direct opens are refused, a second daemon too.
-	if _, err := Open(a.home, &Options{LockTimeout: 20 * time.Millisecond}); !errors.Is(err, ErrLocked) {
-		t.Fatalf("Open while the daemon runs = %v, want ErrLocked", err)
+	if _, err := Open(a.home, &Options{LockTimeout: 20 * time.Millisecond}); !errors.Is(err, api.ErrLocked) {
+		t.Fatalf("Open while the daemon runs = %v, want api.ErrLocked", err)
 	}
-	if err := RunDaemon(context.Background(), a.home, DaemonOptions{Listen: "127.0.0.1:0"}); !errors.Is(err, ErrLocked) {
-		t.Fatalf("second daemon = %v, want ErrLocked", err)
+	if err := RunDaemon(context.Background(), a.home, DaemonOptions{Listen: "127.0.0.1:0"}); !errors.Is(err, api.ErrLocked) {
+		t.Fatalf("second daemon = %v, want api.ErrLocked", err)
 	}
 
 	ctx := context.Background()

@@ -1,6 +1,7 @@
-// Package host is an agentmbx host: its identity and store, its peers and agents, sending and
-// receiving, delivery receipts, the outbox loop and the daemon; key rotation (package rotation)
-// and the local mailboxes (package host/mailstore, in the same store) are wired in. Host.Service
+// Package host is an agentmbx host: its identity and store, sending and receiving, delivery
+// receipts, the outbox loop and the daemon. Key rotation (package rotation), the local mailboxes
+// (host/mailstore), the peers (host/peers) and agents (host/agents), all in the same store, and
+// the operators' view (host/ops) are wired in. Host.Service
 // is the host on its store (api.Service, api.MailService, api.RelayService); RunDaemon serves the
 // same Service on the control socket (package host/control), so a command works the same whether
 // or not a daemon runs. LAN pairing (Pairing), the LAN server and transport (LANMux) and the
@@ -13,7 +14,7 @@
 // ~/.local/share/agentmbx), mode 0700: host.key and enc.key (mbx.KeyFile JSON, 0600), optional
 // enc.retired, state.db (the bbolt store, 0600) and, while the daemon runs, agentmbx.sock. Init
 // creates them (host.key last, so an interrupted init can be run again) and refuses an existing
-// identity. Open takes the store's lock; while the daemon holds it, Open fails with ErrLocked and
+// identity. Open takes the store's lock; while the daemon holds it, Open fails with api.ErrLocked and
 // commands go through the socket instead.
 //
 // # Sending and receiving

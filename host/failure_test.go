@@ -339,15 +339,15 @@ func TestSendRefusesBadInput(t *testing.T) {
 		req  api.SendRequest
 		want error
 	}{
-		{"unknown host", api.SendRequest{From: "alice", To: []string{"bob@beta", "xy@nowhere"}, Body: "b"}, ErrUnknownHost},
-		{"bad address", api.SendRequest{From: "alice", To: []string{"Bob@beta"}, Body: "b"}, ErrInvalid},
-		{"bad role", api.SendRequest{From: "alice", To: []string{"role:"}, Body: "b"}, ErrInvalid},
-		{"no address", api.SendRequest{From: "alice", Body: "b"}, ErrNoRecipients},
-		{"bad sender", api.SendRequest{From: "Alice", To: []string{"bob@beta"}, Body: "b"}, ErrInvalid},
-		{"reserved sender", api.SendRequest{From: "mbx", To: []string{"bob@beta"}, Body: "b"}, ErrReserved},
-		{"to mbx", api.SendRequest{From: "alice", To: []string{"mbx@alpha"}, Body: "b"}, ErrReserved},
-		{"bad kind", api.SendRequest{From: "alice", To: []string{"bob@beta"}, Body: "b", Kind: "memo"}, ErrInvalid},
-		{"body too large", api.SendRequest{From: "alice", To: []string{"bob@beta"}, Body: strings.Repeat("x", mbx.MaxBody+1)}, ErrInvalid},
+		{"unknown host", api.SendRequest{From: "alice", To: []string{"bob@beta", "xy@nowhere"}, Body: "b"}, api.ErrUnknownHost},
+		{"bad address", api.SendRequest{From: "alice", To: []string{"Bob@beta"}, Body: "b"}, api.ErrInvalid},
+		{"bad role", api.SendRequest{From: "alice", To: []string{"role:"}, Body: "b"}, api.ErrInvalid},
+		{"no address", api.SendRequest{From: "alice", Body: "b"}, api.ErrNoRecipients},
+		{"bad sender", api.SendRequest{From: "Alice", To: []string{"bob@beta"}, Body: "b"}, api.ErrInvalid},
+		{"reserved sender", api.SendRequest{From: "mbx", To: []string{"bob@beta"}, Body: "b"}, api.ErrReserved},
+		{"to mbx", api.SendRequest{From: "alice", To: []string{"mbx@alpha"}, Body: "b"}, api.ErrReserved},
+		{"bad kind", api.SendRequest{From: "alice", To: []string{"bob@beta"}, Body: "b", Kind: "memo"}, api.ErrInvalid},
+		{"body too large", api.SendRequest{From: "alice", To: []string{"bob@beta"}, Body: strings.Repeat("x", mbx.MaxBody+1)}, api.ErrInvalid},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -363,8 +363,8 @@ func TestSendRefusesBadInput(t *testing.T) {
 	}
 	// Alone on a host with no peers, * reaches nobody.
 	c := newTestHost(t, "gamma", clock)
-	if _, err := c.Send(ctx, api.SendRequest{From: "carl", To: []string{"*"}, Body: "anyone?"}); !isErr(err, ErrNoRecipients) {
-		t.Errorf("broadcast with nobody = %v, want ErrNoRecipients", err)
+	if _, err := c.Send(ctx, api.SendRequest{From: "carl", To: []string{"*"}, Body: "anyone?"}); !isErr(err, api.ErrNoRecipients) {
+		t.Errorf("broadcast with nobody = %v, want api.ErrNoRecipients", err)
 	}
 	// Without a subject the first line of the body is the subject.
 	res := a.send("alice", []string{"alice@alpha"}, "", "\n  first line\nsecond")

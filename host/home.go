@@ -13,6 +13,7 @@ import (
 
 	"go.etcd.io/bbolt"
 
+	"github.com/agentmbx/agentmbx/api"
 	"github.com/agentmbx/agentmbx/internal/fsutil"
 	"github.com/agentmbx/agentmbx/mbx"
 )
@@ -66,10 +67,10 @@ type InitOptions struct {
 // Init creates a host home in dir: the directory (0700), the store with the host's name and
 // listen address, then enc.key and host.key (0600, mbx.KeyFile JSON). host.key is written last,
 // so an interrupted Init can simply be run again. It refuses a home that already has an identity
-// (ErrExists) and changes nothing then.
+// (api.ErrHostExists) and changes nothing then.
 func Init(dir string, opts InitOptions) error {
 	if !mbx.ValidHostName(opts.Host) {
-		return fmt.Errorf("host: init: %w: host name %q (letters, digits, . _ -; at most 63)", ErrInvalid, opts.Host)
+		return fmt.Errorf("host: init: %w: host name %q (letters, digits, . _ -; at most 63)", api.ErrInvalid, opts.Host)
 	}
 	if opts.Listen != "" {
 		if _, _, err := splitListen(opts.Listen); err != nil {
@@ -85,7 +86,7 @@ func Init(dir string, opts InitOptions) error {
 		clock = time.Now
 	}
 	if _, err := os.Stat(filepath.Join(dir, HostKeyFile)); err == nil {
-		return fmt.Errorf("host: init %s: %w", dir, ErrExists)
+		return fmt.Errorf("host: init %s: %w", dir, api.ErrHostExists)
 	} else if !errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("host: init: %w", err)
 	}
@@ -109,13 +110,13 @@ func Init(dir string, opts InitOptions) error {
 	db, err := bbolt.Open(filepath.Join(dir, StateFile), 0o600, &bbolt.Options{Timeout: time.Second})
 	if err != nil {
 		if errors.Is(err, bbolt.ErrTimeout) {
-			return fmt.Errorf("host: init: %w", ErrLocked)
+			return fmt.Errorf("host: init: %w", api.ErrLocked)
 		}
 		return fmt.Errorf("host: init: open store: %w", err)
 	}
 	defer db.Close()
 	if _, err := os.Stat(filepath.Join(dir, HostKeyFile)); err == nil {
-		return fmt.Errorf("host: init %s: %w", dir, ErrExists)
+		return fmt.Errorf("host: init %s: %w", dir, api.ErrHostExists)
 	} else if !errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("host: init: %w", err)
 	}
@@ -158,7 +159,7 @@ func writeKeyFile(path string, f mbx.KeyFile) error {
 func readKeys(dir string) (mbx.SigningKey, mbx.EncKey, []mbx.EncKey, error) {
 	hb, err := os.ReadFile(filepath.Join(dir, HostKeyFile))
 	if errors.Is(err, fs.ErrNotExist) {
-		return mbx.SigningKey{}, mbx.EncKey{}, nil, ErrNotInitialized
+		return mbx.SigningKey{}, mbx.EncKey{}, nil, api.ErrNotInitialized
 	} else if err != nil {
 		return mbx.SigningKey{}, mbx.EncKey{}, nil, err
 	}
@@ -168,7 +169,7 @@ func readKeys(dir string) (mbx.SigningKey, mbx.EncKey, []mbx.EncKey, error) {
 	}
 	eb, err := os.ReadFile(filepath.Join(dir, EncKeyFile))
 	if errors.Is(err, fs.ErrNotExist) {
-		return mbx.SigningKey{}, mbx.EncKey{}, nil, ErrNotInitialized
+		return mbx.SigningKey{}, mbx.EncKey{}, nil, api.ErrNotInitialized
 	} else if err != nil {
 		return mbx.SigningKey{}, mbx.EncKey{}, nil, err
 	}
@@ -185,7 +186,7 @@ func readKeys(dir string) (mbx.SigningKey, mbx.EncKey, []mbx.EncKey, error) {
 	default:
 		var files []mbx.KeyFile
 		if err := json.Unmarshal(rb, &files); err != nil {
-			return mbx.SigningKey{}, mbx.EncKey{}, nil, fmt.Errorf("%s: %w: not a JSON array of key files", RetiredEnc, ErrCorrupt)
+			return mbx.SigningKey{}, mbx.EncKey{}, nil, fmt.Errorf("%s: %w: not a JSON array of key files", RetiredEnc, api.ErrCorrupt)
 		}
 		for i, f := range files {
 			k, err := mbx.EncKeyFromPrivate(f.PrivateKey)

@@ -36,14 +36,14 @@ func TestResolveHome(t *testing.T) {
 
 func TestInitAndOpen(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "home")
-	if err := Init(dir, InitOptions{Host: "bad name"}); !errors.Is(err, ErrInvalid) {
-		t.Fatalf("Init with a bad name = %v, want ErrInvalid", err)
+	if err := Init(dir, InitOptions{Host: "bad name"}); !errors.Is(err, api.ErrInvalid) {
+		t.Fatalf("Init with a bad name = %v, want api.ErrInvalid", err)
 	}
 	if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("a refused Init created the home")
 	}
-	if _, err := Open(dir, nil); !errors.Is(err, ErrNotInitialized) {
-		t.Fatalf("Open before Init = %v, want ErrNotInitialized", err)
+	if _, err := Open(dir, nil); !errors.Is(err, api.ErrNotInitialized) {
+		t.Fatalf("Open before Init = %v, want api.ErrNotInitialized", err)
 	}
 	if err := Init(dir, InitOptions{Host: "alpha", Listen: "127.0.0.1:7373", Rand: testkit.Rand(1)}); err != nil {
 		t.Fatal(err)
@@ -58,8 +58,8 @@ func TestInitAndOpen(t *testing.T) {
 		}
 	}
 	keyBefore, _ := os.ReadFile(filepath.Join(dir, HostKeyFile))
-	if err := Init(dir, InitOptions{Host: "other"}); !errors.Is(err, ErrExists) {
-		t.Fatalf("second Init = %v, want ErrExists", err)
+	if err := Init(dir, InitOptions{Host: "other"}); !errors.Is(err, api.ErrHostExists) {
+		t.Fatalf("second Init = %v, want api.ErrHostExists", err)
 	}
 	if keyAfter, _ := os.ReadFile(filepath.Join(dir, HostKeyFile)); string(keyAfter) != string(keyBefore) {
 		t.Fatal("second Init changed host.key")
@@ -72,8 +72,8 @@ func TestInitAndOpen(t *testing.T) {
 		t.Fatalf("opened host: %s %q", h.Name(), h.ListenAddr())
 	}
 	// The store is locked while open.
-	if _, err := Open(dir, &Options{LockTimeout: 50 * time.Millisecond}); !errors.Is(err, ErrLocked) {
-		t.Fatalf("second Open = %v, want ErrLocked", err)
+	if _, err := Open(dir, &Options{LockTimeout: 50 * time.Millisecond}); !errors.Is(err, api.ErrLocked) {
+		t.Fatalf("second Open = %v, want api.ErrLocked", err)
 	}
 	st, err := h.Status(context.Background())
 	if err != nil || st.Host != "alpha" || st.Fingerprint != h.Key().Fingerprint() || st.Daemon {
@@ -117,8 +117,8 @@ func TestPinPeer(t *testing.T) {
 	// Another key under the name: refused unless the old key is retired explicitly.
 	p3 := p2
 	p3.HostPubkey = k2.PublicKey()
-	if err := a.PinPeer(p3); !errors.Is(err, ErrPeerKeyMismatch) {
-		t.Fatalf("key change = %v, want ErrPeerKeyMismatch", err)
+	if err := a.PinPeer(p3); !errors.Is(err, api.ErrPeerKeyMismatch) {
+		t.Fatalf("key change = %v, want api.ErrPeerKeyMismatch", err)
 	}
 	p3.RetiredKeys = []string{k1.PublicKey()}
 	if err := a.PinPeer(p3); err != nil {
@@ -140,12 +140,12 @@ func TestPinPeer(t *testing.T) {
 		p    PeerRecord
 		want error
 	}{
-		"key in use": {PeerRecord{Host: "gamma", HostPubkey: k2.PublicKey(), EncPub: e1.PublicKey()}, ErrPeerKeyInUse},
-		"self name":  {PeerRecord{Host: "alpha", HostPubkey: k1.PublicKey(), EncPub: e1.PublicKey()}, ErrSelf},
-		"self key":   {PeerRecord{Host: "delta", HostPubkey: a.key.PublicKey(), EncPub: e1.PublicKey()}, ErrSelf},
-		"bad name":   {PeerRecord{Host: "-x", HostPubkey: k1.PublicKey(), EncPub: e1.PublicKey()}, ErrInvalid},
-		"bad key":    {PeerRecord{Host: "delta", HostPubkey: "abc", EncPub: e1.PublicKey()}, ErrInvalid},
-		"bad addr":   {PeerRecord{Host: "delta", HostPubkey: k1.PublicKey(), EncPub: e1.PublicKey(), Addr: "nope"}, ErrInvalid},
+		"key in use": {PeerRecord{Host: "gamma", HostPubkey: k2.PublicKey(), EncPub: e1.PublicKey()}, api.ErrPeerKeyInUse},
+		"self name":  {PeerRecord{Host: "alpha", HostPubkey: k1.PublicKey(), EncPub: e1.PublicKey()}, api.ErrSelf},
+		"self key":   {PeerRecord{Host: "delta", HostPubkey: a.key.PublicKey(), EncPub: e1.PublicKey()}, api.ErrSelf},
+		"bad name":   {PeerRecord{Host: "-x", HostPubkey: k1.PublicKey(), EncPub: e1.PublicKey()}, api.ErrInvalid},
+		"bad key":    {PeerRecord{Host: "delta", HostPubkey: "abc", EncPub: e1.PublicKey()}, api.ErrInvalid},
+		"bad addr":   {PeerRecord{Host: "delta", HostPubkey: k1.PublicKey(), EncPub: e1.PublicKey(), Addr: "nope"}, api.ErrInvalid},
 	} {
 		if err := a.PinPeer(tc.p); !errors.Is(err, tc.want) {
 			t.Errorf("%s: PinPeer = %v, want %v", name, err, tc.want)
@@ -158,8 +158,8 @@ func TestPinPeer(t *testing.T) {
 	if err := a.RemovePeer(ctx, "beta"); err != nil {
 		t.Fatal(err)
 	}
-	if err := a.RemovePeer(ctx, "beta"); !errors.Is(err, ErrNotFound) {
-		t.Fatalf("second remove = %v, want ErrNotFound", err)
+	if err := a.RemovePeer(ctx, "beta"); !errors.Is(err, api.ErrNotFound) {
+		t.Fatalf("second remove = %v, want api.ErrNotFound", err)
 	}
 }
 
@@ -221,8 +221,8 @@ func TestWait(t *testing.T) {
 	if _, err := a.mail.Wait(cctx, "ann", time.Minute); !errors.Is(err, context.Canceled) {
 		t.Fatalf("cancelled Wait = %v", err)
 	}
-	if _, err := a.mail.Read(ctx, api.ReadRequest{ID: "01KKNTQ2CN9WJ3MR4Q1P12F02T", Agent: "ann"}); !errors.Is(err, ErrNotFound) {
-		t.Fatalf("Read of an unknown message = %v, want ErrNotFound", err)
+	if _, err := a.mail.Read(ctx, api.ReadRequest{ID: "01KKNTQ2CN9WJ3MR4Q1P12F02T", Agent: "ann"}); !errors.Is(err, api.ErrNotFound) {
+		t.Fatalf("Read of an unknown message = %v, want api.ErrNotFound", err)
 	}
 }
 
@@ -248,7 +248,7 @@ func TestInitRaceKeepsOneIdentity(t *testing.T) {
 			switch {
 			case err == nil:
 				ok++
-			case errors.Is(err, ErrExists), errors.Is(err, ErrLocked):
+			case errors.Is(err, api.ErrHostExists), errors.Is(err, api.ErrLocked):
 			default:
 				t.Fatalf("round %d: Init: %v", round, err)
 			}

@@ -13,6 +13,7 @@ import (
 
 	"go.etcd.io/bbolt"
 
+	"github.com/agentmbx/agentmbx/api"
 	"github.com/agentmbx/agentmbx/host/mailstore"
 	"github.com/agentmbx/agentmbx/host/ops"
 	"github.com/agentmbx/agentmbx/inbox"
@@ -39,7 +40,7 @@ type Options struct {
 	Jitter func() float64
 	// Logger receives the host's logs (default slog.Default()).
 	Logger *slog.Logger
-	// LockTimeout is how long Open waits for the store's lock before ErrLocked (default 1 s).
+	// LockTimeout is how long Open waits for the store's lock before api.ErrLocked (default 1 s).
 	LockTimeout time.Duration
 	// HTTPClient is used for LAN requests to peers (default: a client with a 30 s timeout).
 	HTTPClient *http.Client
@@ -55,9 +56,9 @@ type Options struct {
 	Serial bool
 }
 
-// Host is one agentmbx host: its identity, its store and everything that acts on them. It
-// implements api.Service directly on the store (when no daemon runs) and is what the daemon
-// serves. All methods are safe for concurrent use.
+// Host is one agentmbx host: its identity, its store and everything that acts on them. Its
+// Service answers the api interfaces directly on the store (when no daemon runs) and is what the
+// daemon serves. All methods are safe for concurrent use.
 type Host struct {
 	dir     string
 	name    string
@@ -100,8 +101,8 @@ type Host struct {
 	sends    sync.WaitGroup       // send goroutines started by passes
 }
 
-// Open opens the host in dir. It fails with ErrNotInitialized when dir has no identity, and with
-// an error wrapping ErrLocked when another process holds the store (the daemon does while it
+// Open opens the host in dir. It fails with api.ErrNotInitialized when dir has no identity, and with
+// an error wrapping api.ErrLocked when another process holds the store (the daemon does while it
 // runs: talk to it over its control socket instead).
 func Open(dir string, opts *Options) (*Host, error) {
 	var o Options
@@ -132,7 +133,7 @@ func Open(dir string, opts *Options) (*Host, error) {
 	db, err := bbolt.Open(filepath.Join(dir, StateFile), 0o600, &bbolt.Options{Timeout: o.LockTimeout, NoSync: o.NoSync})
 	if err != nil {
 		if errors.Is(err, bbolt.ErrTimeout) {
-			return nil, fmt.Errorf("host: open %s: %w", dir, ErrLocked)
+			return nil, fmt.Errorf("host: open %s: %w", dir, api.ErrLocked)
 		}
 		return nil, fmt.Errorf("host: open %s: %w", dir, err)
 	}
@@ -166,7 +167,7 @@ func Open(dir string, opts *Options) (*Host, error) {
 	}
 	if h.name == "" {
 		db.Close()
-		return nil, fmt.Errorf("host: open %s: %w", dir, ErrNotInitialized)
+		return nil, fmt.Errorf("host: open %s: %w", dir, api.ErrNotInitialized)
 	}
 	h.mail = mailstore.New(mailstore.Config{DB: db, Name: h.name, Clock: o.Clock, Host: mailHost{h}})
 	ob, err := outbox.Open(db, &outbox.Options{Clock: o.Clock, Jitter: o.Jitter})

@@ -9,6 +9,7 @@ import (
 
 	"go.etcd.io/bbolt"
 
+	"github.com/agentmbx/agentmbx/api"
 	"github.com/agentmbx/agentmbx/host/peers"
 	"github.com/agentmbx/agentmbx/internal/logkey"
 	"github.com/agentmbx/agentmbx/internal/version"
@@ -52,7 +53,7 @@ type lanHost struct{ *Host }
 
 func (l lanHost) Peer(name string) (outbox.Peer, bool, error) {
 	p, err := l.Host.peerRecord(name)
-	if errors.Is(err, ErrUnpaired) {
+	if errors.Is(err, api.ErrUnpaired) {
 		return outbox.Peer{}, false, nil
 	}
 	return outboxPeer(p), err == nil, err
@@ -63,7 +64,7 @@ func (l lanHost) Peer(name string) (outbox.Peer, bool, error) {
 func (l lanHost) pinned(p outbox.Peer) (PeerRecord, error) {
 	rec, err := l.Host.peerRecord(p.Host)
 	switch {
-	case errors.Is(err, ErrUnpaired):
+	case errors.Is(err, api.ErrUnpaired):
 		return PeerRecord{}, fmt.Errorf("%w: %w", lan.ErrUnpaired, err)
 	case err != nil:
 		return PeerRecord{}, err
@@ -79,7 +80,7 @@ func (l lanHost) ReceiveEnvelopes(p outbox.Peer, wires [][]byte, sealed bool) ([
 		return nil, err
 	}
 	sts, err := l.receiveBatch(rec, wires, sealed)
-	if errors.Is(err, ErrUnpaired) {
+	if errors.Is(err, api.ErrUnpaired) {
 		return nil, fmt.Errorf("%w: %w", lan.ErrUnpaired, err)
 	}
 	return sts, err

@@ -10,6 +10,7 @@ import (
 
 	"github.com/agentmbx/agentmbx/api"
 	"github.com/agentmbx/agentmbx/host/mailstore"
+	"github.com/agentmbx/agentmbx/relaylink"
 )
 
 // Service is a host as the control socket and the commands use it.
@@ -22,13 +23,15 @@ type Service interface {
 }
 
 // Service is this host's Service on its store: the mail from the host's mail store (package
-// host/mailstore), the rest from the Host. The daemon serves it on the control socket.
-func (h *Host) Service() Service { return service{h, h.mail} }
+// host/mailstore), the relay routes from its relay link (package relaylink), the rest from the
+// Host. The daemon serves it on the control socket.
+func (h *Host) Service() Service { return service{h, h.mail, h.relay} }
 
-// service joins the Host and its mail store (each answers for its own methods).
+// service joins the Host, its mail store and its relay link (each answers for its own methods).
 type service struct {
 	*Host
 	*mailstore.Store
+	*relaylink.Link
 }
 
 // mailHost is what the mail store needs of the host: agent registration, receipts, the sent

@@ -153,7 +153,7 @@ func (h *Host) sendHost(ctx context.Context, peer PeerRecord, rows []outbox.Row)
 	link, why := h.relay.Usable(), ""
 	if link == nil {
 		why = "no relay is set"
-		if _, err := h.relay.Conn(); errors.Is(err, ErrRelayStopped) || errors.Is(err, rotation.ErrRelayRotating) {
+		if _, err := h.relay.Conn(); errors.Is(err, relaylink.ErrRelayStopped) || errors.Is(err, rotation.ErrRelayRotating) {
 			why = err.Error()
 		}
 	}

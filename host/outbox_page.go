@@ -44,7 +44,7 @@ func pageSize(n int) (int, error) {
 	case n == 0:
 		return api.DefaultPage, nil
 	case n < 0 || n > api.MaxPage:
-		return 0, fmt.Errorf("%w: limit %d (1 to %d)", ErrInvalid, n, api.MaxPage)
+		return 0, fmt.Errorf("%w: limit %d (1 to %d)", api.ErrInvalid, n, api.MaxPage)
 	}
 	return n, nil
 }
@@ -55,7 +55,7 @@ func parseStates(names []string) ([]outbox.State, error) {
 	for _, n := range names {
 		s, err := outbox.ParseState(n)
 		if err != nil {
-			return nil, fmt.Errorf("%w: outbox state %q (pending, relay-accepted, expired, unconfirmed, rejected or done)", ErrInvalid, n)
+			return nil, fmt.Errorf("%w: outbox state %q (pending, relay-accepted, expired, unconfirmed, rejected or done)", api.ErrInvalid, n)
 		}
 		out = append(out, s)
 	}

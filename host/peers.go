@@ -16,14 +16,14 @@ import (
 type PeerRecord = peers.Record
 
 // PinPeer pins a peer, or updates a pinned one (peers.Pin: a new host key under a pinned name
-// only when the record retires the pinned one, ErrPeerKeyMismatch otherwise; ErrPeerKeyInUse
-// for a key pinned under another name). This host itself is refused (ErrSelf).
+// only when the record retires the pinned one, api.ErrPeerKeyMismatch otherwise; api.ErrPeerKeyInUse
+// for a key pinned under another name). This host itself is refused (api.ErrSelf).
 func (h *Host) PinPeer(p PeerRecord) error {
 	if err := p.Validate(); err != nil {
 		return fmt.Errorf("host: pin peer: %w", err)
 	}
 	if p.Host == h.name || p.HostPubkey == h.key.PublicKey() {
-		return fmt.Errorf("host: pin peer %s: %w", p.Host, ErrSelf)
+		return fmt.Errorf("host: pin peer %s: %w", p.Host, api.ErrSelf)
 	}
 	if p.AddedAt.IsZero() {
 		p.AddedAt = h.clock().UTC()

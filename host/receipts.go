@@ -10,6 +10,7 @@ import (
 
 	"go.etcd.io/bbolt"
 
+	"github.com/agentmbx/agentmbx/api"
 	"github.com/agentmbx/agentmbx/host/mailstore"
 	"github.com/agentmbx/agentmbx/internal/logkey"
 	"github.com/agentmbx/agentmbx/mbx"
@@ -42,7 +43,7 @@ type rstateRecord struct {
 // host that is no longer paired gets none (nothing is ever sent to an unpinned host).
 func (h *Host) queueReceiptTx(tx *bbolt.Tx, origin, msgID, agent string, e mailstore.Copy, now time.Time) error {
 	p, err := peerTx(tx, origin)
-	if errors.Is(err, ErrUnpaired) {
+	if errors.Is(err, api.ErrUnpaired) {
 		return nil
 	} else if err != nil {
 		return err
@@ -82,7 +83,7 @@ func (b *receiptBook) fail(err error) {
 func (b *receiptBook) PeerKeys(host string) ([]string, bool) {
 	p, err := peerTx(b.tx, host)
 	if err != nil {
-		if !errors.Is(err, ErrUnpaired) {
+		if !errors.Is(err, api.ErrUnpaired) {
 			b.fail(err)
 		}
 		return nil, false

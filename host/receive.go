@@ -9,6 +9,7 @@ import (
 
 	"go.etcd.io/bbolt"
 
+	"github.com/agentmbx/agentmbx/api"
 	"github.com/agentmbx/agentmbx/host/mailstore"
 	"github.com/agentmbx/agentmbx/internal/logkey"
 	"github.com/agentmbx/agentmbx/mbx"
@@ -212,7 +213,7 @@ func (h *Host) receiveEnvelope(ctx context.Context, fromHost string, wire []byte
 		return "", err
 	}
 	peer, err := h.peerRecord(fromHost)
-	if errors.Is(err, ErrUnpaired) {
+	if errors.Is(err, api.ErrUnpaired) {
 		return mbx.StatusRejectedPrefix + ReasonUnpaired, nil
 	} else if err != nil {
 		return "", err

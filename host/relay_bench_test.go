@@ -72,13 +72,13 @@ func relayLatency(t *testing.T, n int, every, tick, wait time.Duration) []time.D
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
 	defer cancel()
 	for _, d := range ds {
-		if _, err := d.h.RelaySet(ctx, api.RelaySetRequest{URL: url, Key: key.Fingerprint()}); err != nil {
+		if _, err := d.h.Relay().RelaySet(ctx, api.RelaySetRequest{URL: url, Key: key.Fingerprint()}); err != nil {
 			t.Fatal(err)
 		}
 	}
 	waitFor(t, "enrolment", func() bool {
 		for _, d := range ds {
-			st, err := d.h.RelayStatus(ctx)
+			st, err := d.h.Relay().RelayStatus(ctx)
 			if err != nil || !st.Enrolled || st.Senders != 1 {
 				return false
 			}

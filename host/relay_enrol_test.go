@@ -74,7 +74,7 @@ func TestDaemonEnrolsOncePerStartAndPerNeed(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	if _, err := h.RelaySet(ctx, api.RelaySetRequest{URL: relay.url, Key: first.Key.Fingerprint()}); err != nil {
+	if _, err := h.Relay().RelaySet(ctx, api.RelaySetRequest{URL: relay.url, Key: first.Key.Fingerprint()}); err != nil {
 		t.Fatal(err)
 	}
 	h.Close()
@@ -82,7 +82,7 @@ func TestDaemonEnrolsOncePerStartAndPerNeed(t *testing.T) {
 	d := runDaemonOpts(t, home, "alpha", DaemonOptions{RelayWait: -1})
 	// Enrolled, published, and pulling for a while after.
 	waitFor(t, "enrolled and pulling", func() bool {
-		st, err := d.h.RelayStatus(ctx)
+		st, err := d.h.Relay().RelayStatus(ctx)
 		_, pulls := relay.counts()
 		return err == nil && st.Enrolled && st.EncAdExp != "" && pulls >= 5
 	})

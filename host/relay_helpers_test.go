@@ -186,7 +186,7 @@ func (r *testRelay) serve(w http.ResponseWriter, req *http.Request) {
 // relayHost is a test host with a relay pinned and enrolled.
 func (th *testHost) useRelay(r *testRelay) {
 	th.t.Helper()
-	if _, err := th.RelaySet(context.Background(), api.RelaySetRequest{URL: r.url, Key: r.key().Fingerprint()}); err != nil {
+	if _, err := th.Relay().RelaySet(context.Background(), api.RelaySetRequest{URL: r.url, Key: r.key().Fingerprint()}); err != nil {
 		th.t.Fatalf("%s: RelaySet: %v", th.name, err)
 	}
 	th.keep()

@@ -8,7 +8,6 @@ import (
 
 	"go.etcd.io/bbolt"
 
-	"github.com/agentmbx/agentmbx/api"
 	"github.com/agentmbx/agentmbx/host/mailstore"
 	"github.com/agentmbx/agentmbx/inbox"
 	"github.com/agentmbx/agentmbx/internal/failpoint"
@@ -21,8 +20,8 @@ import (
 // The host's side of package relaylink (docs/design.md: Receive checkpoint and ack, Delivery
 // receipts): a relaylink.Link keeps the relay record, enrols, pushes, pulls and runs the daemon's
 // relay loops; relayHost is what it needs of this host: the peers, the mailbox commit of a relay
-// item inside its page's transaction, the alerts, and waking the loops. *Host answers
-// api.RelayService through its Link.
+// item inside its page's transaction, the alerts, and waking the loops. The Link itself answers
+// api.RelayService (Host.Relay, and in Host.Service).
 
 // relayHost is the relaylink.Host of a Host.
 type relayHost struct{ *Host }
@@ -172,29 +171,6 @@ func (h *Host) resendReceiptsTx(tx *bbolt.Tx, msgID, origin string) (int, error)
 		return err == nil && r.State.Active(), nil
 	})
 }
-
-// RelaySet pins a relay (relaylink.Link.RelaySet).
-func (h *Host) RelaySet(ctx context.Context, req api.RelaySetRequest) (api.RelayStatus, error) {
-	return h.relay.RelaySet(ctx, req)
-}
-
-// RelayUnset forgets the pinned relay (relaylink.Link.RelayUnset).
-func (h *Host) RelayUnset(ctx context.Context) (api.RelayStatus, error) {
-	return h.relay.RelayUnset(ctx)
-}
-
-// RelayStatus reports the pinned relay and what this host knows and did with it.
-func (h *Host) RelayStatus(ctx context.Context) (api.RelayStatus, error) {
-	return h.relay.RelayStatus(ctx)
-}
-
-// RelayQuarantine lists the relay items this host rejected, oldest relay position first.
-func (h *Host) RelayQuarantine(ctx context.Context) ([]api.QuarantineItem, error) {
-	return h.relay.RelayQuarantine(ctx)
-}
-
-// Host implements api.RelayService on its store.
-var _ api.RelayService = (*Host)(nil)
 
 // ResendReceipts queues again the current receipts of msg from origin (resendReceiptsTx).
 func (rh relayHost) ResendReceipts(tx *bbolt.Tx, msg, origin string) (int, error) {

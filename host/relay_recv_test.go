@@ -115,7 +115,7 @@ func TestRelayQuarantine(t *testing.T) {
 		t.Fatal(err)
 	}
 	b.pull()
-	items, err := b.RelayQuarantine(ctx)
+	items, err := b.Relay().RelayQuarantine(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -132,7 +132,7 @@ func TestRelayQuarantine(t *testing.T) {
 	if byID[undec.ID].Cause != quarantine.CauseUnpaired.String() || byID[good.ID].Cause != quarantine.CauseUnpaired.String() {
 		t.Fatalf("causes = %+v, want both unpaired (gamma is not pinned)", items)
 	}
-	if st, _ := b.RelayStatus(ctx); st.Quarantined != 2 || st.ReceivedThrough == 0 {
+	if st, _ := b.Relay().RelayStatus(ctx); st.Quarantined != 2 || st.ReceivedThrough == 0 {
 		t.Fatalf("status = %+v, want 2 quarantined and the position past them", st)
 	}
 	// Pinning gamma again releases both: the good one is delivered, the undecryptable one goes
@@ -143,7 +143,7 @@ func TestRelayQuarantine(t *testing.T) {
 	if b.copies("bob", good.ID) != 1 || b.copies("bob", undec.ID) != 0 {
 		t.Fatal("release did not deliver exactly the good message")
 	}
-	items, _ = b.RelayQuarantine(ctx)
+	items, _ = b.Relay().RelayQuarantine(ctx)
 	if len(items) != 1 || items[0].ItemID != undec.ID || items[0].Cause != quarantine.CauseUndecryptable.String() ||
 		items[0].Host != "gamma" || !strings.Contains(items[0].Reason, "undecryptable") {
 		t.Fatalf("quarantine after pairing = %+v, want the undecryptable item", items)
@@ -271,7 +271,7 @@ func TestRelayExpiryNotice(t *testing.T) {
 	if len(al) != 1 || !strings.HasPrefix(al[0].Subject, "Undelivered to beta: will expire") {
 		t.Fatalf("alerts = %+v", al)
 	}
-	items, _ := a.RelayQuarantine(context.Background())
+	items, _ := a.Relay().RelayQuarantine(context.Background())
 	if len(items) != 1 || items[0].Cause != quarantine.CauseBadSignature.String() || items[0].Kind != "expired" {
 		t.Fatalf("quarantine = %+v, want the impostor's notice", items)
 	}
@@ -327,7 +327,7 @@ func TestRelayEpochChange(t *testing.T) {
 	if _, err := a.relayReceive(ctx); err != nil { // 401 → enrol again → 409 → reset
 		t.Fatalf("alpha's receive after the wipe: %v", err)
 	}
-	st, _ := a.RelayStatus(ctx)
+	st, _ := a.Relay().RelayStatus(ctx)
 	if !st.Enrolled || st.Epoch != r.epoch() || a.row(m4.ID, "beta").Repush != true {
 		t.Fatalf("alpha after the wipe: %+v, repush %v", st, a.row(m4.ID, "beta").Repush)
 	}
@@ -348,13 +348,13 @@ func TestRelayEpochChange(t *testing.T) {
 func TestRelayPublications(t *testing.T) {
 	a, b, r := relayPair(t, mbx.Limits{})
 	ctx := context.Background()
-	st0, _ := a.RelayStatus(ctx)
+	st0, _ := a.Relay().RelayStatus(ctx)
 	if st0.Senders != 1 {
 		t.Fatalf("senders = %d, want 1 (beta)", st0.Senders)
 	}
 	a.clock.Advance(time.Hour)
 	a.keep()
-	if st, _ := a.RelayStatus(ctx); st.EncAdAt != st0.EncAdAt || st.SendersAt != st0.SendersAt {
+	if st, _ := a.Relay().RelayStatus(ctx); st.EncAdAt != st0.EncAdAt || st.SendersAt != st0.SendersAt {
 		t.Fatalf("nothing changed, yet something was republished: %+v", st)
 	}
 	c := newTestHost(t, "gamma", a.clock)
@@ -362,13 +362,13 @@ func TestRelayPublications(t *testing.T) {
 		t.Fatal(err)
 	}
 	a.keep()
-	st1, _ := a.RelayStatus(ctx)
+	st1, _ := a.Relay().RelayStatus(ctx)
 	if st1.Senders != 2 || st1.SendersAt == st0.SendersAt || st1.EncAdAt != st0.EncAdAt {
 		t.Fatalf("after pinning gamma: %+v", st1)
 	}
 	a.clock.Advance(mbx.EncAdRefresh)
 	a.keep()
-	st2, _ := a.RelayStatus(ctx)
+	st2, _ := a.Relay().RelayStatus(ctx)
 	if st2.EncAdAt == st1.EncAdAt || st2.EncAdExp == st1.EncAdExp {
 		t.Fatalf("the enc-key ad was not republished after a day: %+v", st2)
 	}
@@ -398,13 +398,13 @@ func TestRelayPublications(t *testing.T) {
 	if err := a.relayKeep(ctx, false); err == nil {
 		t.Fatal("relayKeep reported success for a refused sender list")
 	}
-	st3, _ := a.RelayStatus(ctx)
+	st3, _ := a.Relay().RelayStatus(ctx)
 	if st3.Senders != 2 || len(st3.Problems) != 1 || st3.Problems[0].Op != relaylink.OpSenders || !strings.Contains(st3.Problems[0].Error, "newer") {
 		t.Fatalf("status after a refused list = %+v", st3)
 	}
 	a.clock.Advance(2 * time.Hour)
 	a.keep()
-	if st, _ := a.RelayStatus(ctx); st.Senders != 1 || len(st.Problems) != 0 {
+	if st, _ := a.Relay().RelayStatus(ctx); st.Senders != 1 || len(st.Problems) != 0 {
 		t.Fatalf("status after the list went through = %+v", st)
 	}
 	_ = r

@@ -152,7 +152,7 @@ func TestRelayForgedAccepts(t *testing.T) {
 			if row.State != outbox.StatePending || !strings.Contains(row.LastError, "accept") {
 				t.Fatalf("row after a forged accept = %s (%q), want pending", row.State, row.LastError)
 			}
-			if st, _ := a.RelayStatus(context.Background()); st.Stopped {
+			if st, _ := a.Relay().RelayStatus(context.Background()); st.Stopped {
 				t.Fatalf("a forged statement stopped relay use: %+v", st)
 			}
 			r.set(func(r *testRelay) { r.rewrite = nil })
@@ -328,7 +328,7 @@ func TestRelayKeyChange(t *testing.T) {
 	if err := a.relayKeep(ctx, false); err == nil {
 		t.Fatal("relayKeep against another relay key succeeded")
 	}
-	st, _ := a.RelayStatus(ctx)
+	st, _ := a.Relay().RelayStatus(ctx)
 	if !st.Stopped || st.KeyChange == nil || st.KeyChange.Pinned != oldFP || st.KeyChange.Served != newKey.Fingerprint() {
 		t.Fatalf("status after the key change = %+v", st)
 	}
@@ -344,12 +344,12 @@ func TestRelayKeyChange(t *testing.T) {
 		t.Fatal("pulled from a relay whose key changed")
 	}
 	// The owner checks the new key and confirms it.
-	st, err := a.RelaySet(ctx, api.RelaySetRequest{URL: r.url, Key: newKey.Fingerprint()})
+	st, err := a.Relay().RelaySet(ctx, api.RelaySetRequest{URL: r.url, Key: newKey.Fingerprint()})
 	if err != nil || st.Stopped || st.Replaced != oldFP {
 		t.Fatalf("confirming the new key: %+v, %v", st, err)
 	}
 	a.keep()
-	if _, err := b.RelaySet(ctx, api.RelaySetRequest{URL: r.url, Key: newKey.Fingerprint()}); err != nil {
+	if _, err := b.Relay().RelaySet(ctx, api.RelaySetRequest{URL: r.url, Key: newKey.Fingerprint()}); err != nil {
 		t.Fatal(err)
 	}
 	b.keep()
@@ -373,7 +373,7 @@ func TestRelayStatementByAnotherKey(t *testing.T) {
 	if s := a.rowState(res.ID, "beta"); s != outbox.StatePending {
 		t.Fatalf("row = %s, want pending", s)
 	}
-	st, _ := a.RelayStatus(context.Background())
+	st, _ := a.Relay().RelayStatus(context.Background())
 	if !st.Stopped || st.KeyChange == nil || st.KeyChange.Served != other.Fingerprint() {
 		t.Fatalf("status = %+v, want relay use stopped", st)
 	}

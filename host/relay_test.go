@@ -10,6 +10,7 @@ import (
 	"github.com/agentmbx/agentmbx/internal/testkit"
 	"github.com/agentmbx/agentmbx/mbx"
 	"github.com/agentmbx/agentmbx/outbox"
+	"github.com/agentmbx/agentmbx/relaylink"
 )
 
 // relayPair is two hosts with no LAN route between them (peers pinned without addresses), both
@@ -32,45 +33,45 @@ func TestRelaySet(t *testing.T) {
 	ctx := context.Background()
 
 	other, _ := mbx.GenerateSigningKey(testkit.Rand(77))
-	if _, err := a.RelaySet(ctx, api.RelaySetRequest{URL: r.url, Key: other.Fingerprint()}); !errors.Is(err, ErrRelayKeyMismatch) {
-		t.Fatalf("RelaySet with another key's fingerprint = %v, want ErrRelayKeyMismatch", err)
+	if _, err := a.Relay().RelaySet(ctx, api.RelaySetRequest{URL: r.url, Key: other.Fingerprint()}); !errors.Is(err, relaylink.ErrRelayKeyMismatch) {
+		t.Fatalf("RelaySet with another key's fingerprint = %v, want relaylink.ErrRelayKeyMismatch", err)
 	}
 	for _, bad := range []api.RelaySetRequest{{URL: "ftp://x"}, {URL: r.url, Key: "not-a-key"}, {URL: ""}} {
-		if _, err := a.RelaySet(ctx, bad); !errors.Is(err, ErrInvalid) {
-			t.Errorf("RelaySet(%+v) = %v, want ErrInvalid", bad, err)
+		if _, err := a.Relay().RelaySet(ctx, bad); !errors.Is(err, api.ErrInvalid) {
+			t.Errorf("RelaySet(%+v) = %v, want api.ErrInvalid", bad, err)
 		}
 	}
-	if _, err := a.RelaySet(ctx, api.RelaySetRequest{URL: "http://127.0.0.1:1"}); !errors.Is(err, ErrRelayUnreachable) {
-		t.Errorf("RelaySet(nothing listening) = %v, want ErrRelayUnreachable", err)
+	if _, err := a.Relay().RelaySet(ctx, api.RelaySetRequest{URL: "http://127.0.0.1:1"}); !errors.Is(err, relaylink.ErrRelayUnreachable) {
+		t.Errorf("RelaySet(nothing listening) = %v, want relaylink.ErrRelayUnreachable", err)
 	}
-	if st, err := a.RelayStatus(ctx); err != nil || st.Configured {
+	if st, err := a.Relay().RelayStatus(ctx); err != nil || st.Configured {
 		t.Fatalf("status after refused sets = %+v, %v; want nothing pinned", st, err)
 	}
 
-	st, err := a.RelaySet(ctx, api.RelaySetRequest{URL: r.url + "/"})
+	st, err := a.Relay().RelaySet(ctx, api.RelaySetRequest{URL: r.url + "/"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !st.Configured || !st.TOFU || st.URL != r.url || st.Fingerprint != r.key().Fingerprint() || st.Enrolled {
 		t.Fatalf("status after a TOFU set = %+v", st)
 	}
-	st, err = a.RelaySet(ctx, api.RelaySetRequest{URL: r.url, Key: r.key().Fingerprint()})
+	st, err = a.Relay().RelaySet(ctx, api.RelaySetRequest{URL: r.url, Key: r.key().Fingerprint()})
 	if err != nil || st.TOFU || st.Replaced != "" {
 		t.Fatalf("set again with --key = %+v, %v; want the pin confirmed", st, err)
 	}
 	a.keep()
-	st, _ = a.RelayStatus(ctx)
+	st, _ = a.Relay().RelayStatus(ctx)
 	if !st.Enrolled || st.Epoch != r.epoch() || st.EncAdExp == "" || st.SendersAt == "" || len(st.Problems) != 0 {
 		t.Fatalf("status after enrolment = %+v", st)
 	}
-	if _, err := a.RelayUnset(ctx); err != nil {
+	if _, err := a.Relay().RelayUnset(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if st, _ := a.RelayStatus(ctx); st.Configured {
+	if st, _ := a.Relay().RelayStatus(ctx); st.Configured {
 		t.Fatalf("status after unset = %+v", st)
 	}
-	if _, err := a.RelayUnset(ctx); !errors.Is(err, ErrNoRelay) {
-		t.Fatalf("second unset = %v, want ErrNoRelay", err)
+	if _, err := a.Relay().RelayUnset(ctx); !errors.Is(err, relaylink.ErrNoRelay) {
+		t.Fatalf("second unset = %v, want relaylink.ErrNoRelay", err)
 	}
 }
 
@@ -137,7 +138,7 @@ func TestRelayMailBothWays(t *testing.T) {
 	if len(sent.Recipients) != 1 || sent.Recipients[0].State != "read" || sent.Rows[0].State != "done" {
 		t.Fatalf("bob's sent = %+v", sent)
 	}
-	if st, _ := b.RelayStatus(ctx); st.RelayAccepted != 0 || st.ReceivedThrough == 0 || st.Quarantined != 0 {
+	if st, _ := b.Relay().RelayStatus(ctx); st.RelayAccepted != 0 || st.ReceivedThrough == 0 || st.Quarantined != 0 {
 		t.Errorf("beta's relay status = %+v", st)
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentmbx/agentmbx/api"
 	"github.com/agentmbx/agentmbx/internal/testkit"
 	"github.com/agentmbx/agentmbx/lan"
 	"github.com/agentmbx/agentmbx/mbx"
@@ -253,7 +254,7 @@ func TestRotationRelayOnly(t *testing.T) {
 	flow(t, a, b) // the notified receipts the copies check just made
 	a.allDone()
 	b.allDone()
-	if st, _ := b.RelayStatus(ctx); st.Quarantined != 0 {
+	if st, _ := b.Relay().RelayStatus(ctx); st.Quarantined != 0 {
 		t.Errorf("beta quarantined %d items", st.Quarantined)
 	}
 
@@ -370,8 +371,8 @@ func TestApplyRotationRefused(t *testing.T) {
 		}
 	})
 	t.Run("an old card cannot roll the pin back", func(t *testing.T) {
-		if err := b.PinPeer(PeerRecord{Host: "alpha", HostPubkey: old.PublicKey(), EncPub: a.enc.PublicKey()}); !errors.Is(err, ErrPeerKeyMismatch) {
-			t.Errorf("pin of the old key = %v, want ErrPeerKeyMismatch", err)
+		if err := b.PinPeer(PeerRecord{Host: "alpha", HostPubkey: old.PublicKey(), EncPub: a.enc.PublicKey()}); !errors.Is(err, api.ErrPeerKeyMismatch) {
+			t.Errorf("pin of the old key = %v, want api.ErrPeerKeyMismatch", err)
 		}
 	})
 	p, _ := b.peerRecord("alpha")
@@ -478,7 +479,7 @@ func TestRotationNoticeRefused(t *testing.T) {
 	if p, _ := b.peerRecord("alpha"); p.HostPubkey != before.HostPubkey || len(p.RetiredKeys) != 0 {
 		t.Fatalf("a forged notice changed the pin: %+v", p)
 	}
-	if st, _ := b.RelayStatus(ctx); st.Quarantined != 1 {
+	if st, _ := b.Relay().RelayStatus(ctx); st.Quarantined != 1 {
 		t.Fatalf("quarantined %d items, want the forged notice", st.Quarantined)
 	}
 
@@ -495,7 +496,7 @@ func TestRotationNoticeRefused(t *testing.T) {
 	push("host-rotation:again", mustJSON(t, s))
 	b.pull()
 	b.checkRotated("alpha", s)
-	if st, _ := b.RelayStatus(ctx); st.Quarantined != 1 {
+	if st, _ := b.Relay().RelayStatus(ctx); st.Quarantined != 1 {
 		t.Fatalf("quarantined %d items after a replay, want still 1", st.Quarantined)
 	}
 }

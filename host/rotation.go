@@ -9,6 +9,7 @@ import (
 
 	"go.etcd.io/bbolt"
 
+	"github.com/agentmbx/agentmbx/api"
 	"github.com/agentmbx/agentmbx/mbx"
 	"github.com/agentmbx/agentmbx/outbox"
 	"github.com/agentmbx/agentmbx/rotation"
@@ -25,7 +26,7 @@ func homeOf(dir string) rotation.Home {
 }
 
 // PrepareRotation starts a rotation of the host in dir and does its local part
-// (rotation.Prepare). No daemon may hold the home (ErrLocked); an earlier rotation not done yet
+// (rotation.Prepare). No daemon may hold the home (api.ErrLocked); an earlier rotation not done yet
 // is refused (rotation.ErrInProgress). It returns the signed record.
 func PrepareRotation(dir string, opts rotation.Options) (mbx.SignedRotation, error) {
 	if opts.LockTimeout <= 0 {
@@ -39,7 +40,7 @@ func PrepareRotation(dir string, opts rotation.Options) (mbx.SignedRotation, err
 	}
 	db, err := bbolt.Open(filepath.Join(dir, StateFile), 0o600, &bbolt.Options{Timeout: opts.LockTimeout})
 	if errors.Is(err, bbolt.ErrTimeout) {
-		return fail(ErrLocked)
+		return fail(api.ErrLocked)
 	} else if err != nil {
 		return fail(err)
 	}
@@ -94,7 +95,7 @@ func (rh rotationHost) Repin(tx *bbolt.Tx, p rotation.Peer) (int, error) {
 	}
 	rec.HostPubkey, rec.EncPub, rec.RetiredKeys, rec.RotatedAt = p.HostPubkey, p.EncPub, p.RetiredKeys, p.RotatedAt
 	released, err := rh.pinPeerTx(tx, &rec)
-	if errors.Is(err, ErrPeerKeyInUse) || errors.Is(err, ErrPeerKeyMismatch) {
+	if errors.Is(err, api.ErrPeerKeyInUse) || errors.Is(err, api.ErrPeerKeyMismatch) {
 		return 0, fmt.Errorf("%w: %v", rotation.ErrRefused, err)
 	}
 	return released, err

@@ -64,19 +64,19 @@ func (h *Host) routeAddresses(from string, to []string, peers []PeerRecord, agen
 	for _, raw := range to {
 		a, err := mbx.ParseAddress(raw)
 		if err != nil {
-			return route{}, fmt.Errorf("%w: %w", ErrInvalid, err)
+			return route{}, fmt.Errorf("%w: %w", api.ErrInvalid, err)
 		}
 		switch a.Kind {
 		case mbx.AddrAgent:
 			if a.Name == AgentMBX {
-				return route{}, fmt.Errorf("%w: %q cannot receive mail", ErrReserved, raw)
+				return route{}, fmt.Errorf("%w: %q cannot receive mail", api.ErrReserved, raw)
 			}
 			if a.Host == h.name {
 				addLocal(a.Name)
 				continue
 			}
 			if !slices.ContainsFunc(peers, func(p PeerRecord) bool { return p.Host == a.Host }) {
-				return route{}, fmt.Errorf("%w: %q in %q", ErrUnknownHost, a.Host, raw)
+				return route{}, fmt.Errorf("%w: %q in %q", api.ErrUnknownHost, a.Host, raw)
 			}
 			addHost(a.Host)
 			if !slices.Contains(r.named[a.Host], a.Name) {
@@ -138,17 +138,17 @@ func (h *Host) Send(ctx context.Context, req api.SendRequest) (api.SendResult, e
 		return api.SendResult{}, fmt.Errorf("host: send: from: %w", err)
 	}
 	if len(req.To) == 0 {
-		return api.SendResult{}, fmt.Errorf("host: send: %w: no address given", ErrNoRecipients)
+		return api.SendResult{}, fmt.Errorf("host: send: %w: no address given", api.ErrNoRecipients)
 	}
 	if len(req.To) > mbx.MaxRecipients {
-		return api.SendResult{}, fmt.Errorf("host: send: %w: more than %d addresses", ErrInvalid, mbx.MaxRecipients)
+		return api.SendResult{}, fmt.Errorf("host: send: %w: more than %d addresses", api.ErrInvalid, mbx.MaxRecipients)
 	}
 	kind := mbx.Kind(req.Kind)
 	if kind == "" {
 		kind = mbx.KindMessage
 	}
 	if !kind.Valid() {
-		return api.SendResult{}, fmt.Errorf("host: send: %w: kind %q (one of message, request, reply, status, decision, alert, task)", ErrInvalid, req.Kind)
+		return api.SendResult{}, fmt.Errorf("host: send: %w: kind %q (one of message, request, reply, status, decision, alert, task)", api.ErrInvalid, req.Kind)
 	}
 	subject := req.Subject
 	if strings.TrimSpace(subject) == "" {
@@ -176,7 +176,7 @@ func (h *Host) Send(ctx context.Context, req api.SendRequest) (api.SendResult, e
 		return api.SendResult{}, fmt.Errorf("host: send: %w", err)
 	}
 	if len(rt.local) == 0 && len(rt.hosts) == 0 {
-		return api.SendResult{}, fmt.Errorf("host: send: %w: %s matches no local agent and there are no peers", ErrNoRecipients, strings.Join(req.To, ", "))
+		return api.SendResult{}, fmt.Errorf("host: send: %w: %s matches no local agent and there are no peers", api.ErrNoRecipients, strings.Join(req.To, ", "))
 	}
 	now := h.clock()
 	env, err := mbx.Build(mbx.Draft{
@@ -184,7 +184,7 @@ func (h *Host) Send(ctx context.Context, req api.SendRequest) (api.SendResult, e
 		Thread: req.Thread, ReplyTo: req.ReplyTo, NeedsReply: req.NeedsReply, Refs: req.Refs,
 	}, now, h.ulids)
 	if err != nil {
-		return api.SendResult{}, fmt.Errorf("host: send: %w: %w", ErrInvalid, err)
+		return api.SendResult{}, fmt.Errorf("host: send: %w: %w", api.ErrInvalid, err)
 	}
 	type target struct {
 		peer PeerRecord
@@ -216,7 +216,7 @@ func (h *Host) Send(ctx context.Context, req api.SendRequest) (api.SendResult, e
 		for _, t := range targets {
 			p, err := peerTx(tx, t.peer.Host)
 			if err != nil {
-				return fmt.Errorf("%w: %s was unpinned meanwhile", ErrUnknownHost, t.peer.Host)
+				return fmt.Errorf("%w: %s was unpinned meanwhile", api.ErrUnknownHost, t.peer.Host)
 			}
 			if p.HostPubkey != t.peer.HostPubkey || p.EncPub != t.peer.EncPub {
 				return fmt.Errorf("peer %s changed keys meanwhile: %w", p.Host, errRetrySend)
@@ -261,4 +261,4 @@ func (h *Host) Send(ctx context.Context, req api.SendRequest) (api.SendResult, e
 
 // errRetrySend says a peer's keys changed between sealing and committing; the send is refused
 // (nothing stored) and may simply be repeated.
-var errRetrySend = newErr(api.CodeConflict, "peer keys changed while sending", "send again")
+var errRetrySend = api.NewError(api.CodeConflict, "peer keys changed while sending", "send again")

@@ -49,7 +49,7 @@ type pairPins struct{ h *Host }
 
 func (p pairPins) PinnedKey(name string) (string, error) {
 	rec, err := p.h.peerRecord(name)
-	if errors.Is(err, ErrUnpaired) {
+	if errors.Is(err, api.ErrUnpaired) {
 		return "", nil
 	}
 	return rec.HostPubkey, err
@@ -57,7 +57,7 @@ func (p pairPins) PinnedKey(name string) (string, error) {
 
 func (p pairPins) PinnedName(key string) (string, error) {
 	rec, err := p.h.peerByKey(key)
-	if errors.Is(err, ErrUnpaired) {
+	if errors.Is(err, api.ErrUnpaired) {
 		return "", nil
 	}
 	return rec.Host, err
@@ -65,7 +65,7 @@ func (p pairPins) PinnedName(key string) (string, error) {
 
 func (p pairPins) Pin(pe api.Peer) error {
 	err := p.h.PinPeer(PeerRecord{Host: pe.Host, HostPubkey: pe.HostPubkey, EncPub: pe.EncPub, Addr: pe.Addr})
-	if errors.Is(err, ErrPeerKeyMismatch) || errors.Is(err, ErrPeerKeyInUse) || errors.Is(err, ErrSelf) {
+	if errors.Is(err, api.ErrPeerKeyMismatch) || errors.Is(err, api.ErrPeerKeyInUse) || errors.Is(err, api.ErrSelf) {
 		return fmt.Errorf("%w: %w", api.ErrPairConflict, err)
 	}
 	return err

@@ -43,7 +43,7 @@ func (h *Host) Sent(ctx context.Context, id string) (api.Sent, error) {
 		return api.Sent{}, err
 	}
 	if !mbx.ValidULID(id) {
-		return api.Sent{}, fmt.Errorf("host: sent: %w: message id %q", ErrInvalid, id)
+		return api.Sent{}, fmt.Errorf("host: sent: %w: message id %q", api.ErrInvalid, id)
 	}
 	var out api.Sent
 	var rows []outbox.Row
@@ -54,7 +54,7 @@ func (h *Host) Sent(ctx context.Context, id string) (api.Sent, error) {
 			return err
 		}
 		if !found {
-			return fmt.Errorf("message %s: %w (this host did not send it)", id, ErrNotFound)
+			return fmt.Errorf("message %s: %w (this host did not send it)", id, api.ErrNotFound)
 		}
 		out = api.Sent{ID: rec.ID, Subject: rec.Subject, From: rec.From + "@" + h.name, Recipients: []api.Recipient{}}
 		for _, a := range rec.Local {

@@ -7,6 +7,7 @@ import (
 
 	"go.etcd.io/bbolt"
 
+	"github.com/agentmbx/agentmbx/api"
 	"github.com/agentmbx/agentmbx/host/agents"
 	"github.com/agentmbx/agentmbx/host/mailstore"
 	"github.com/agentmbx/agentmbx/host/peers"
@@ -65,11 +66,11 @@ func createBuckets(tx *bbolt.Tx) error {
 	m := tx.Bucket(bucketMeta)
 	if v := m.Get(metaSchema); v != nil {
 		if len(v) != 8 {
-			return fmt.Errorf("%w: schema version", ErrCorrupt)
+			return fmt.Errorf("%w: schema version", api.ErrCorrupt)
 		}
 		got := binary.BigEndian.Uint64(v)
 		if got > schemaVersion {
-			return fmt.Errorf("%w: version %d, this binary knows %d", ErrSchema, got, schemaVersion)
+			return fmt.Errorf("%w: version %d, this binary knows %d", api.ErrSchema, got, schemaVersion)
 		}
 		if got == schemaVersion {
 			return nil

@@ -89,14 +89,14 @@ func TestReplyAndThreadAcrossHosts(t *testing.T) {
 	}
 
 	// Another agent sees nothing of it; an unknown id is not found.
-	if _, err := b.mail.Thread(ctx, api.ThreadRequest{Agent: "carol", ID: first.ID}); !isErr(err, ErrNotFound) {
-		t.Errorf("carol's thread of bob's mail: %v, want ErrNotFound", err)
+	if _, err := b.mail.Thread(ctx, api.ThreadRequest{Agent: "carol", ID: first.ID}); !isErr(err, api.ErrNotFound) {
+		t.Errorf("carol's thread of bob's mail: %v, want api.ErrNotFound", err)
 	}
-	if _, err := b.mail.Reply(ctx, api.ReplyRequest{From: "carol", ID: first.ID, Body: "x"}); !isErr(err, ErrNotFound) {
-		t.Errorf("carol replying to bob's mail: %v, want ErrNotFound", err)
+	if _, err := b.mail.Reply(ctx, api.ReplyRequest{From: "carol", ID: first.ID, Body: "x"}); !isErr(err, api.ErrNotFound) {
+		t.Errorf("carol replying to bob's mail: %v, want api.ErrNotFound", err)
 	}
-	if _, err := b.mail.Thread(ctx, api.ThreadRequest{ID: "01JUNKJUNKJUNKJUNKJUNKJUNK"}); !isErr(err, ErrNotFound) {
-		t.Errorf("thread of an unknown id: %v, want ErrNotFound", err)
+	if _, err := b.mail.Thread(ctx, api.ThreadRequest{ID: "01JUNKJUNKJUNKJUNKJUNKJUNK"}); !isErr(err, api.ErrNotFound) {
+		t.Errorf("thread of an unknown id: %v, want api.ErrNotFound", err)
 	}
 }
 

@@ -109,7 +109,7 @@ func (w *world) check(topo []soak.Host) (soak.Tally, []string, error) {
 			return soak.Tally{}, nil, err
 		}
 		rows[sh.name] = rs
-		q, err := sh.h.RelayQuarantine(ctx)
+		q, err := sh.h.Relay().RelayQuarantine(ctx)
 		if err != nil {
 			return soak.Tally{}, nil, err
 		}

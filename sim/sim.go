@@ -126,7 +126,7 @@ func (w *world) setUp(topo []soak.Host) error {
 		h := sh.h
 		var err error
 		w.run(sh.name, "relay-set", func(ctx context.Context) string {
-			_, err = h.RelaySet(ctx, api.RelaySetRequest{URL: relayURL, Key: fp})
+			_, err = h.Relay().RelaySet(ctx, api.RelaySetRequest{URL: relayURL, Key: fp})
 			return errNote(err)
 		})
 		if err != nil {

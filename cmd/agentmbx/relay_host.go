@@ -27,7 +27,7 @@ func relayHostCommands() []*cobra.Command {
 // relay returns the host's relay side: the daemon's over its socket, or the store's.
 func (c *conn) relay() api.RelayService {
 	if c.host != nil {
-		return c.host
+		return c.host.Relay()
 	}
 	return c.daemon
 }
