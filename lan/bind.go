@@ -97,15 +97,8 @@ func (b *Binding) Retry(ctx context.Context) {
 	bo := bindBackoff(ctx, b.cfg.FirstRetry)
 	for attempt := 2; ; attempt++ {
 		d := bo.NextBackOff()
-		if d == backoff.Stop {
+		if d == backoff.Stop || !sleep(ctx, d) {
 			return // ctx ended
-		}
-		t := time.NewTimer(d)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return
-		case <-t.C:
 		}
 		err := b.Bind()
 		if err == nil {
@@ -114,6 +107,18 @@ func (b *Binding) Retry(ctx context.Context) {
 		}
 		b.cfg.Logger.Warn("LAN listener: bind failed, retrying; local and relay mail go on",
 			logkey.LAN, b.cfg.Addr, logkey.Attempts, attempt, logkey.Err, err)
+	}
+}
+
+// sleep waits d, or less when ctx ends first (it then returns false).
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
 	}
 }
 

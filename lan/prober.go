@@ -127,15 +127,8 @@ func (p *Prober) probe(ctx context.Context, host string) {
 	bo := p.backoff(ctx)
 	for {
 		d := bo.NextBackOff()
-		if d == backoff.Stop {
+		if d == backoff.Stop || !sleep(ctx, d) {
 			return
-		}
-		t := time.NewTimer(d)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return
-		case <-t.C:
 		}
 		if p.cfg.Up(host) {
 			return // a delivery got through meanwhile (and flushed)

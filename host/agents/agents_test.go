@@ -2,7 +2,6 @@ package agents_test
 
 import (
 	"errors"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -10,22 +9,12 @@ import (
 
 	"github.com/agentmbx/agentmbx/api"
 	"github.com/agentmbx/agentmbx/host/agents"
+	"github.com/agentmbx/agentmbx/internal/testkit"
 )
 
 var now = time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 
-func openDB(t *testing.T) *bbolt.DB {
-	t.Helper()
-	db, err := bbolt.Open(filepath.Join(t.TempDir(), "state.db"), 0o600, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close() })
-	if err := db.Update(func(tx *bbolt.Tx) error { _, err := tx.CreateBucket(agents.Bucket); return err }); err != nil {
-		t.Fatal(err)
-	}
-	return db
-}
+func openDB(t *testing.T) *bbolt.DB { return testkit.BoltDB(t, agents.Bucket) }
 
 func list(t *testing.T, db *bbolt.DB) []agents.Record {
 	t.Helper()

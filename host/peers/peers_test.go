@@ -2,7 +2,6 @@ package peers_test
 
 import (
 	"errors"
-	"path/filepath"
 	"slices"
 	"testing"
 	"time"
@@ -15,18 +14,7 @@ import (
 	"github.com/agentmbx/agentmbx/mbx"
 )
 
-func openDB(t *testing.T) *bbolt.DB {
-	t.Helper()
-	db, err := bbolt.Open(filepath.Join(t.TempDir(), "state.db"), 0o600, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close() })
-	if err := db.Update(func(tx *bbolt.Tx) error { _, err := tx.CreateBucket(peers.Bucket); return err }); err != nil {
-		t.Fatal(err)
-	}
-	return db
-}
+func openDB(t *testing.T) *bbolt.DB { return testkit.BoltDB(t, peers.Bucket) }
 
 func pubkey(t *testing.T, seed uint64) string {
 	t.Helper()

@@ -1,7 +1,7 @@
 // Package testkit holds what the module's tests share: a fake clock, seeded randomness, a
-// buffer that several goroutines may write, runners for child processes (crash drills that
-// SIGKILL a child at a failpoint, and servers that write their address to a file), and, in
-// testkit/testrelay, a real relay in process.
+// buffer that several goroutines may write, a bbolt store in a temporary directory, runners for
+// child processes (crash drills that SIGKILL a child at a failpoint, and servers that write
+// their address to a file), and, in testkit/testrelay, a real relay in process.
 //
 // It is imported only by tests. It never sleeps to wait for wall-clock time to pass in what it
 // asserts; the waits it has are bounded polls for a child to be ready.
@@ -10,8 +10,12 @@ package testkit
 import (
 	"io"
 	"math/rand/v2"
+	"path/filepath"
 	"sync"
+	"testing"
 	"time"
+
+	"go.etcd.io/bbolt"
 
 	"github.com/agentmbx/agentmbx/internal/syncbuf"
 )
@@ -55,3 +59,25 @@ func Rand(seed uint64) io.Reader {
 // SyncBuffer is a bytes.Buffer that several goroutines may write (a logger, a child's output)
 // while the test reads it (package internal/syncbuf).
 type SyncBuffer = syncbuf.Buffer
+
+// BoltDB opens a bbolt store in the test's temporary directory with the named buckets made; the
+// test's cleanup closes it.
+func BoltDB(t testing.TB, buckets ...[]byte) *bbolt.DB {
+	t.Helper()
+	db, err := bbolt.Open(filepath.Join(t.TempDir(), "state.db"), 0o600, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	if err := db.Update(func(tx *bbolt.Tx) error {
+		for _, b := range buckets {
+			if _, err := tx.CreateBucket(b); err != nil {
+				return err
+			}
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return db
+}
