@@ -231,8 +231,9 @@ type Error struct {
 }
 
 // RelayService is a host's use of a relay (the second transport, for peers the LAN does not
-// reach): the pinned relay and what the host did with it. *host.Host implements it on the store;
-// client.Client over the control socket.
+// reach): the pinned relay and what the host did with it. The host's relay link
+// (relaylink.Link, part of host.Service) implements it on the store; client.Client over the
+// control socket.
 type RelayService interface {
 	// RelayStatus reports the pinned relay, enrolment and publications, the receive position,
 	// relay-accepted rows, quarantined items and the last failures.

@@ -7,7 +7,7 @@ import (
 )
 
 // The relay routes of the control socket, served when the service is also an api.RelayService
-// (*host.Host is):
+// (host.Service is, through the host's relay link):
 //
 //	GET  /v1/relay                                → api.RelayStatus
 //	POST /v1/relay/set    api.RelaySetRequest     → api.RelayStatus
