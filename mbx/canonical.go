@@ -194,13 +194,22 @@ func appendJSString(buf []byte, s string) ([]byte, error) {
 	return append(buf, '"'), nil
 }
 
+// jsEscaped marks the bytes appendJSEscaped escapes: the control characters, '"' and '\\'.
+var jsEscaped = func() (t [256]bool) {
+	for c := range 0x20 {
+		t[c] = true
+	}
+	t['"'], t['\\'] = true, true
+	return t
+}()
+
 // appendJSEscaped appends valid UTF-8 s as the inside of a JSON string, escaped as
 // appendJSString escapes it.
 func appendJSEscaped[T string | []byte](buf []byte, s T) []byte {
 	start := 0
 	for i := 0; i < len(s); i++ {
 		c := s[i]
-		if c >= 0x20 && c != '"' && c != '\\' {
+		if !jsEscaped[c] {
 			continue
 		}
 		buf = append(buf, s[start:i]...)
