@@ -2,6 +2,7 @@ package api
 
 import (
 	"context"
+	"fmt"
 	"time"
 )
 
@@ -116,4 +117,16 @@ type ReplyRequest struct {
 	Body    string `json:"body"`
 	Subject string `json:"subject,omitempty"`
 	Kind    string `json:"kind,omitempty"`
+}
+
+// PageSize checks a requested page size (of the mail pages and the outbox's): 0 is DefaultPage,
+// 1 to MaxPage as asked; anything else is ErrInvalid.
+func PageSize(n int) (int, error) {
+	switch {
+	case n == 0:
+		return DefaultPage, nil
+	case n < 0 || n > MaxPage:
+		return 0, fmt.Errorf("%w: limit %d (1 to %d)", ErrInvalid, n, MaxPage)
+	}
+	return n, nil
 }

@@ -16,7 +16,7 @@ var activeStates = []outbox.State{outbox.StatePending, outbox.StateRelayAccepted
 // reason each active row waits. It reads the outbox's created index, so it decodes only the
 // rows it returns.
 func (h *Host) OutboxPage(ctx context.Context, req api.OutboxRequest) (api.OutboxPage, error) {
-	limit, err := pageSize(req.Limit)
+	limit, err := api.PageSize(req.Limit)
 	if err != nil {
 		return api.OutboxPage{}, fmt.Errorf("host: outbox page: %w", err)
 	}
@@ -36,17 +36,6 @@ func (h *Host) OutboxPage(ctx context.Context, req api.OutboxRequest) (api.Outbo
 		return api.OutboxPage{}, fmt.Errorf("host: outbox page: %w", err)
 	}
 	return api.OutboxPage{Rows: rows, More: p.More}, nil
-}
-
-// pageSize checks a requested page size: 0 is api.DefaultPage (as the mail store's pages).
-func pageSize(n int) (int, error) {
-	switch {
-	case n == 0:
-		return api.DefaultPage, nil
-	case n < 0 || n > api.MaxPage:
-		return 0, fmt.Errorf("%w: limit %d (1 to %d)", api.ErrInvalid, n, api.MaxPage)
-	}
-	return n, nil
 }
 
 // parseStates reads outbox state names (each at most once).

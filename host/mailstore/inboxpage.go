@@ -94,7 +94,7 @@ func checkPage(agent string, limit int) (int, error) {
 	if !mbx.ValidAgentName(agent) {
 		return 0, fmt.Errorf("%w: agent name %q", api.ErrInvalid, agent)
 	}
-	return pageSize(limit)
+	return api.PageSize(limit)
 }
 
 // lastAfter returns the last limit ids of agent's keys in an agent ‖ id bucket that sort after

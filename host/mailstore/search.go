@@ -71,20 +71,8 @@ func checkSearch(req api.SearchRequest) ([]string, int, error) {
 	if len(ts) > maxQueryTerms {
 		return nil, 0, fmt.Errorf("%w: query of %d words; at most %d", api.ErrInvalid, len(ts), maxQueryTerms)
 	}
-	limit, err := pageSize(req.Limit)
+	limit, err := api.PageSize(req.Limit)
 	return ts, limit, err
-}
-
-// pageSize checks a requested page size: 0 is api.DefaultPage. (Package host checks the outbox
-// page's the same way.)
-func pageSize(n int) (int, error) {
-	switch {
-	case n == 0:
-		return api.DefaultPage, nil
-	case n < 0 || n > api.MaxPage:
-		return 0, fmt.Errorf("%w: limit %d (1 to %d)", api.ErrInvalid, n, api.MaxPage)
-	}
-	return n, nil
 }
 
 // viewTx is message id as agent sees it: its copy, or "sent" for mail it sent and holds no copy

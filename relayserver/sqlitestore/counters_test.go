@@ -3,8 +3,6 @@ package sqlitestore
 import (
 	"encoding/hex"
 	"errors"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -19,23 +17,7 @@ import (
 // acked since (its dedup row is a tombstone).
 func writeV4Store(t *testing.T, dir, tgt, snd, snd2, hexHash string) {
 	t.Helper()
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		t.Fatal(err)
-	}
-	raw := openRaw(t, filepath.Join(dir, DBFile))
-	defer raw.Close()
-	conn, err := raw.Conn(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	if err := applyMigrations(ctx, conn, 0, 4); err != nil {
-		t.Fatal(err)
-	}
-	for _, q := range []struct {
-		sql  string
-		args []any
-	}{
+	writeOldStore(t, dir, 4, []oldRow{
 		{"INSERT INTO meta VALUES('epoch', 'v4-epoch'), ('relay_pubkey', 'R')", nil},
 		{"INSERT INTO keys(id, pubkey) VALUES(1, ?1), (2, ?2), (3, ?3)", []any{tgt, snd, snd2}},
 		{`INSERT INTO items(target, seq, kind, item_id, sender, wire_hash, bytes, accepted_at, expires_at, wire)
@@ -48,11 +30,7 @@ func writeV4Store(t *testing.T, dir, tgt, snd, snd2, hexHash string) {
 		{"DELETE FROM items WHERE target = 1 AND seq <= 999", nil},
 		{"UPDATE usage SET items = items - 1, bytes = bytes - 5 WHERE target_pubkey = ?1 AND sender_pubkey IN ('', ?2)", []any{tgt, snd}},
 		{"INSERT INTO acked VALUES(?1, 999)", []any{tgt}},
-	} {
-		if _, err := conn.ExecContext(ctx, q.sql, q.args...); err != nil {
-			t.Fatalf("%s: %v", q.sql, err)
-		}
-	}
+	})
 }
 
 // A store written with schema 4 opens as schema 5 without the trigger, with its queue, seqs, dedup

@@ -2,7 +2,6 @@ package sqlitestore
 
 import (
 	"errors"
-	"os"
 	"path/filepath"
 	"testing"
 	"time"
@@ -16,23 +15,7 @@ import (
 // keys as text in items and dedup, hex wire hashes, a dedup tombstone of an acked item).
 func writeV2Store(t *testing.T, dir string, tgt, snd, snd2, hexHash string) {
 	t.Helper()
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		t.Fatal(err)
-	}
-	raw := openRaw(t, filepath.Join(dir, DBFile))
-	defer raw.Close()
-	conn, err := raw.Conn(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	if err := applyMigrations(ctx, conn, 0, 2); err != nil {
-		t.Fatal(err)
-	}
-	for _, q := range []struct {
-		sql  string
-		args []any
-	}{
+	writeOldStore(t, dir, 2, []oldRow{
 		{"INSERT INTO meta VALUES('epoch', 'v2-epoch'), ('relay_pubkey', 'R')", nil},
 		{`INSERT INTO items(target_pubkey, seq, kind, item_id, sender_pubkey, wire_hash, bytes, accepted_at,
 			expires_at, wire) VALUES(?1, 1000, 'envelope', 'i1', ?2, ?4, 5, 1000, 9000, x'6162636465'),
@@ -43,11 +26,7 @@ func writeV2Store(t *testing.T, dir string, tgt, snd, snd2, hexHash string) {
 		{"INSERT INTO seqs VALUES(?1, 1002)", []any{tgt}},
 		{"INSERT INTO acked VALUES(?1, 999)", []any{tgt}},
 		{"INSERT INTO usage VALUES(?1, '', 2, 8), (?1, ?2, 1, 5), (?1, ?3, 1, 3)", []any{tgt, snd, snd2}},
-	} {
-		if _, err := conn.ExecContext(ctx, q.sql, q.args...); err != nil {
-			t.Fatalf("%s: %v", q.sql, err)
-		}
-	}
+	})
 }
 
 // A store written with schema 2 opens as schema 3 with its epoch, queue, seqs, dedup rows
