@@ -217,41 +217,77 @@ func (q txStmts) ExecContext(ctx context.Context, query string, args ...any) (sq
 }
 
 func (q txStmts) QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error) {
-	st, err := q.stmts.stmt(ctx, query)
-	if err != nil {
-		return nil, err
+	if st := q.stmts.cached(query); st != nil {
+		return q.tx.StmtContext(ctx, st).QueryContext(ctx, args...)
 	}
-	return q.tx.StmtContext(ctx, st).QueryContext(ctx, args...)
+	q.stmts.prepareSoon(query)
+	return q.tx.QueryContext(ctx, query, args...)
 }
 
 func (q txStmts) QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row {
-	st, err := q.stmts.stmt(ctx, query)
-	if err != nil {
-		return q.tx.QueryRowContext(ctx, query, args...) // carries the error to Scan
+	if st := q.stmts.cached(query); st != nil {
+		return q.tx.StmtContext(ctx, st).QueryRowContext(ctx, args...)
 	}
-	return q.tx.StmtContext(ctx, st).QueryRowContext(ctx, args...)
+	q.stmts.prepareSoon(query)
+	return q.tx.QueryRowContext(ctx, query, args...)
 }
 
 // readStmts prepares each read statement once for the pool (database/sql prepares it on each
-// read connection as needed); it is the querier of the Store's reads.
+// read connection as needed); it is the querier of the Store's reads. Preparing for the pool
+// takes a free connection, so it never runs while the caller holds one (a transaction's reads
+// go unprepared until the statement is ready; see txStmts) and never under mu: otherwise reads
+// holding every connection of the pool would each wait for another one, forever.
 type readStmts struct {
-	db *sql.DB
-	mu sync.Mutex
-	m  map[string]*sql.Stmt
+	db      *sql.DB
+	mu      sync.Mutex
+	m       map[string]*sql.Stmt
+	pending map[string]bool // statements being prepared by prepareSoon
 }
 
-func (c *readStmts) stmt(ctx context.Context, query string) (*sql.Stmt, error) {
+// cached returns the pool's statement for query, or nil while it has none.
+func (c *readStmts) cached(query string) *sql.Stmt {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if st, ok := c.m[query]; ok {
+	return c.m[query]
+}
+
+// stmt returns the pool's statement for query, preparing it first if needed. The caller must
+// not hold a connection of the pool.
+func (c *readStmts) stmt(ctx context.Context, query string) (*sql.Stmt, error) {
+	if st := c.cached(query); st != nil {
 		return st, nil
 	}
 	st, err := c.db.PrepareContext(ctx, query)
 	if err != nil {
 		return nil, err
 	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if have, ok := c.m[query]; ok {
+		_ = st.Close() // prepared meanwhile by another read
+		return have, nil
+	}
 	c.m[query] = st
 	return st, nil
+}
+
+// prepareSoon prepares query for the pool in the background, once a connection is free.
+func (c *readStmts) prepareSoon(query string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.pending[query] {
+		return
+	}
+	if c.pending == nil {
+		c.pending = map[string]bool{}
+	}
+	c.pending[query] = true
+	go func() {
+		_, _ = c.stmt(context.Background(), query) // a failure leaves reads unprepared; a closed pool ends the wait
+		c.mu.Lock()
+		delete(c.pending, query)
+		c.mu.Unlock()
+	}()
 }
 
 func (c *readStmts) ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error) {
