@@ -56,30 +56,7 @@ func TestUpgradeFromVersion4KeepsQueueCountersAndDedup(t *testing.T) {
 		p.Items[1].ItemID != "i2" || p.Items[1].Sender != snd2 || p.Items[1].WireHash != "not-hex" {
 		t.Fatalf("pull after upgrade = %+v, %v; want head 1001, acked 999, i1 and i2", p, err)
 	}
-	err = s.Update(ctx, func(tx relayserver.Tx) error {
-		if d, err := tx.Dedup(snd, "acked", tgt); err != nil || d.Seq != 999 || d.WireHash != hexHash {
-			t.Errorf("dedup tombstone after upgrade = %+v, %v", d, err)
-		}
-		a, err := tx.Admission(snd2, "i2", tgt)
-		if err != nil || !a.Duplicate || a.Dedup.Seq != 1001 || a.Usage.Target != (relayserver.Counts{Items: 2, Bytes: 8}) ||
-			a.Usage.Sender != (relayserver.Counts{Items: 1, Bytes: 3}) {
-			t.Errorf("admission after upgrade = %+v, %v", a, err)
-		}
-		if _, err := tx.InsertItem(item(tgt, snd, "i1", "abcde", 5000)); !errors.Is(err, relayserver.ErrDuplicate) {
-			t.Errorf("re-inserting a migrated item = %v, want ErrDuplicate", err)
-		}
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if seq := insert(t, s, item(tgt, snd, "new", "xy", 5)); seq != 1002 {
-		t.Errorf("first seq after upgrade = %d, want 1002", seq)
-	}
-	want := relayserver.Usage{Target: relayserver.Counts{Items: 3, Bytes: 10}, Sender: relayserver.Counts{Items: 2, Bytes: 7}}
-	if u := usageOf(t, s, tgt, snd); u != want {
-		t.Errorf("usage after upgrade and insert = %+v, want %+v", u, want)
-	}
+	want := checkGoesOn(t, s, tgt, snd, snd2, hexHash)
 	s.Close()
 	// The tables hold what the writer counted in memory.
 	s = openT(t, dir)

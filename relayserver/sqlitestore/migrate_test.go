@@ -63,39 +63,7 @@ func TestUpgradeFromVersion2KeepsQueueAndDedup(t *testing.T) {
 			t.Errorf("item %d after upgrade = %+v, want %+v", i, it, w)
 		}
 	}
-	err = s.Update(ctx, func(tx relayserver.Tx) error {
-		// The tombstone of the acked item still makes a retry a duplicate, with its seq and hash.
-		if d, err := tx.Dedup(snd, "acked", tgt); err != nil || d.Seq != 999 || d.WireHash != hexHash {
-			t.Errorf("dedup tombstone after upgrade = %+v, %v", d, err)
-		}
-		if a, err := tx.Admission(snd2, "i2", tgt); err != nil || !a.Duplicate || a.Dedup.WireHash != "not-hex" ||
-			a.Dedup.Seq != 1001 || a.Usage.Target != (relayserver.Counts{Items: 2, Bytes: 8}) ||
-			a.Usage.Sender != (relayserver.Counts{Items: 1, Bytes: 3}) {
-			t.Errorf("admission after upgrade = %+v, %v", a, err)
-		}
-		if _, err := tx.InsertItem(item(tgt, snd, "i1", "abcde", 5000)); !errors.Is(err, relayserver.ErrDuplicate) {
-			t.Errorf("re-inserting a migrated item = %v, want ErrDuplicate", err)
-		}
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	// New items take seqs after the migrated ones and count on top of the migrated counters.
-	if seq := insert(t, s, item(tgt, snd, "new", "xy", 5)); seq != 1002 {
-		t.Errorf("first seq after upgrade = %d, want 1002", seq)
-	}
-	err = s.Update(ctx, func(tx relayserver.Tx) error {
-		u, err := tx.Usage(tgt, snd)
-		if err == nil && u != (relayserver.Usage{Target: relayserver.Counts{Items: 3, Bytes: 10},
-			Sender: relayserver.Counts{Items: 2, Bytes: 7}}) {
-			t.Errorf("usage after upgrade and insert = %+v", u)
-		}
-		return err
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	checkGoesOn(t, s, tgt, snd, snd2, hexHash)
 	if res := storetest.Ack(t, s, tgt, 1001); res.Deleted != 2 {
 		t.Errorf("ack of the migrated items deleted %d, want 2", res.Deleted)
 	}
