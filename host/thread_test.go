@@ -11,23 +11,11 @@ import (
 
 	"github.com/agentmbx/agentmbx/api"
 	"github.com/agentmbx/agentmbx/host/mailstore"
+	"github.com/agentmbx/agentmbx/internal/testkit"
 )
 
-func ids(ms []api.Message) []string {
-	var out []string
-	for _, m := range ms {
-		out = append(out, m.ID)
-	}
-	return out
-}
-
-func states(ms []api.Message) []string {
-	var out []string
-	for _, m := range ms {
-		out = append(out, m.State)
-	}
-	return out
-}
+// ids and states list the ids and the states of a page of mail, in order.
+var ids, states = testkit.MessageIDs, testkit.MessageStates
 
 func TestReplyAndThreadAcrossHosts(t *testing.T) {
 	clock := newClock()

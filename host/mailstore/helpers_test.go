@@ -164,18 +164,5 @@ func (ts *testStore) counts() map[string]int {
 	return out
 }
 
-func ids(ms []api.Message) []string {
-	var out []string
-	for _, m := range ms {
-		out = append(out, m.ID)
-	}
-	return out
-}
-
-func states(ms []api.Message) []string {
-	var out []string
-	for _, m := range ms {
-		out = append(out, m.State)
-	}
-	return out
-}
+// ids and states list the ids and the states of a page of mail, in order.
+var ids, states = testkit.MessageIDs, testkit.MessageStates
