@@ -242,6 +242,8 @@ type readStmts struct {
 	mu      sync.Mutex
 	m       map[string]*sql.Stmt
 	pending map[string]bool // statements being prepared by prepareSoon
+	preps   sync.WaitGroup  // the goroutines of prepareSoon
+	closed  bool
 }
 
 // cached returns the pool's statement for query, or nil while it has none.
@@ -263,8 +265,8 @@ func (c *readStmts) stmt(ctx context.Context, query string) (*sql.Stmt, error) {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if have, ok := c.m[query]; ok {
-		_ = st.Close() // prepared meanwhile by another read
+	if have, ok := c.m[query]; ok || c.closed {
+		_ = st.Close() // prepared meanwhile by another read, or the store is closing
 		return have, nil
 	}
 	c.m[query] = st
@@ -275,14 +277,16 @@ func (c *readStmts) stmt(ctx context.Context, query string) (*sql.Stmt, error) {
 func (c *readStmts) prepareSoon(query string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.pending[query] {
+	if c.pending[query] || c.closed {
 		return
 	}
 	if c.pending == nil {
 		c.pending = map[string]bool{}
 	}
 	c.pending[query] = true
+	c.preps.Add(1)
 	go func() {
+		defer c.preps.Done()
 		_, _ = c.stmt(context.Background(), query) // a failure leaves reads unprepared; a closed pool ends the wait
 		c.mu.Lock()
 		delete(c.pending, query)
@@ -310,9 +314,12 @@ func (c *readStmts) QueryRowContext(ctx context.Context, query string, args ...a
 	return st.QueryRowContext(ctx, args...)
 }
 
+// close closes the pool's statements; prepareSoon starts nothing more, and a prepare still
+// running closes what it prepares.
 func (c *readStmts) close() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.closed = true
 	for _, st := range c.m {
 		_ = st.Close()
 	}

@@ -191,6 +191,7 @@ func (s *Store) Close() error {
 	s.w.stop()
 	s.rq.close()
 	err := s.db.Close()
+	s.rq.preps.Wait() // a background prepare that was opening a connection has let it go
 	releaseLock(s.lock)
 	if err != nil {
 		return fmt.Errorf("sqlitestore: close: %w", err)
