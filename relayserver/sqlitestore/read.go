@@ -3,7 +3,10 @@ package sqlitestore
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
+	"strconv"
+	"strings"
 	"sync"
 
 	"github.com/agentmbx/agentmbx/relayserver"
@@ -74,37 +77,215 @@ func (s *Store) Head(ctx context.Context, target string) (relayserver.Head, erro
 // statements: the head, then the page in one pass that stops at the first item past the limits
 // (so at most one wire beyond the page is read).
 func (s *Store) Pull(ctx context.Context, target string, after int64, limit int, maxBytes int64) (relayserver.Page, error) {
-	p, err := s.pull(ctx, target, after, max(limit, 1), maxBytes, true, nil)
+	p, err := s.pull(ctx, target, after, max(limit, 1), maxBytes)
 	if err != nil {
 		return relayserver.Page{}, fmt.Errorf("sqlitestore: pull: %w", err)
 	}
 	return p, nil
 }
 
-// PullWires implements relayserver.WirePuller: Pull reading four columns fewer per item (no
-// wire hash to turn into hex, no times), into buf.
+// PullWires implements relayserver.WirePuller: Pull without the wire hash and times, into buf.
+// The head and the page come from one statement (pullPageSQL), so from one snapshot without a
+// transaction, and each item is one row of three columns: every column a row hands over costs
+// calls into SQLite under its connection mutex, and those calls were most of a pull's CPU.
 func (s *Store) PullWires(ctx context.Context, target string, after int64, limit int, maxBytes int64, buf *relayserver.PullBuf) (relayserver.Page, error) {
-	p, err := s.pull(ctx, target, after, max(limit, 1), maxBytes, false, buf)
+	p, err := s.pullWires(ctx, target, after, max(limit, 1), maxBytes, buf)
 	if err != nil {
 		return relayserver.Page{}, fmt.Errorf("sqlitestore: pull: %w", err)
 	}
 	return p, nil
 }
 
-const (
-	pullSQL = `SELECT seq, kind, item_id, sender, wire, wire_hash, accepted_at, expires_at FROM items
-WHERE target = ? AND seq > ? ORDER BY seq LIMIT ?`
-	pullWiresSQL = `SELECT seq, kind, item_id, sender, wire FROM items
-WHERE target = ? AND seq > ? ORDER BY seq LIMIT ?`
-)
+// pullPageSQL reads a pull in one statement: first the head row (NULL, head seq, acked through),
+// then one row per item (seq, sender id, packed), packed being
+//
+//	"<bytes of kind>,<bytes of item_id>," || kind || item_id || wire
+//
+// (the lengths in decimal, the values' bytes as stored: item ids are arbitrary text). One
+// statement is one snapshot: the head is never older than the page. It has no ORDER BY and no
+// LIMIT: either makes SQLite run the arms as co-routines and copy every row once more. Its
+// order is that of its plan, the head row, then the range scan of the items b-tree (keyed by
+// target, seq), which pullWires checks (a plan that ever read otherwise fails the pull, it
+// cannot reorder a page); it stops reading after the first row past the page.
+const pullPageSQL = `SELECT NULL,
+	COALESCE((SELECT next_seq - 1 FROM seqs WHERE target_pubkey = ?1), 0),
+	COALESCE((SELECT acked_through FROM acked WHERE target_pubkey = ?1), 0)
+UNION ALL
+SELECT seq, sender, printf('%d,%d,', octet_length(kind), octet_length(item_id)) || kind || item_id || wire
+	FROM items WHERE target = ?2 AND seq > ?3`
 
-// pull reads a page into buf (nil: fresh memory); full adds each item's wire hash and times.
-func (s *Store) pull(ctx context.Context, target string, after int64, limit int, maxBytes int64, full bool, buf *relayserver.PullBuf) (relayserver.Page, error) {
+// errHeadRow is a pull statement whose first row was not the head.
+var errHeadRow = errors.New("pull: the head row did not come first")
+
+// errOrder is a pull statement whose items did not come in seq order after the pull's seq.
+var errOrder = errors.New("pull: items not in seq order")
+
+// pullWires reads a page into buf (nil: fresh memory), stopping at the first item past the
+// limits (so at most one wire beyond the page is read). Senders are looked up once the
+// statement is done: a lookup that misses the cache takes a read connection, and holding one
+// while waiting for another could wait forever with a small pool.
+func (s *Store) pullWires(ctx context.Context, target string, after int64, limit int, maxBytes int64, buf *relayserver.PullBuf) (relayserver.Page, error) {
 	var p relayserver.Page
 	if buf == nil {
 		buf = new(relayserver.PullBuf)
 	}
 	buf.Reset()
+	tid, err := s.rk.id(ctx, s.rq, target)
+	if err != nil {
+		return p, err
+	}
+	// With no id (a key the store never queued for) the page is empty: ids start at 1.
+	rows, err := s.rq.QueryContext(ctx, pullPageSQL, target, tid, after)
+	if err != nil {
+		return p, err
+	}
+	defer rows.Close()
+	var c1, c2, c3 any
+	if !rows.Next() {
+		return p, errors.Join(errHeadRow, rows.Err())
+	}
+	if err := rows.Scan(&c1, &p.HeadSeq, &p.AckedThrough); err != nil || c1 != nil {
+		return p, errors.Join(errHeadRow, err)
+	}
+	var total int64
+	last := after
+	var senders pageSenders
+	for rows.Next() {
+		if err := rows.Scan(&c1, &c2, &c3); err != nil {
+			return p, err
+		}
+		it, err := unpackItem(c1, c2, c3)
+		if err != nil {
+			return p, err
+		}
+		if it.seq <= last {
+			return p, fmt.Errorf("%w: seq %d after %d", errOrder, it.seq, last)
+		}
+		last = it.seq
+		n := int64(len(it.wire))
+		if len(buf.Items) == limit || (len(buf.Items) > 0 && total+n > maxBytes) {
+			p.More = true
+			break
+		}
+		start := len(buf.Wires)
+		buf.Wires = append(buf.Wires, it.wire...)
+		buf.Items = append(buf.Items, relayserver.Item{Target: target, Seq: it.seq, Kind: kindOf(it.kind),
+			ItemID: it.itemID, Sender: senders.pub(s.rk, it.sender, len(buf.Items)),
+			Wire: buf.Wires[start:len(buf.Wires):len(buf.Wires)]})
+		total += n
+	}
+	if err := rows.Err(); err != nil {
+		return p, err
+	}
+	if err := rows.Close(); err != nil {
+		return p, err
+	}
+	if err := senders.resolve(ctx, s.rk, s.rq, buf.Items); err != nil {
+		return p, err
+	}
+	if len(buf.Items) > 0 {
+		p.Items = buf.Items
+	}
+	return p, nil
+}
+
+// packedItem is one item row of pullPageSQL taken apart; the strings share the row's memory.
+type packedItem struct {
+	seq, sender  int64
+	kind, itemID string
+	wire         string
+}
+
+// unpackItem takes apart the columns of an item row of pullPageSQL.
+func unpackItem(c1, c2, c3 any) (packedItem, error) {
+	seq, ok1 := c1.(int64)
+	sender, ok2 := c2.(int64)
+	packed, ok3 := c3.(string)
+	if !ok1 || !ok2 || !ok3 {
+		return packedItem{}, fmt.Errorf("items row: %T, %T, %T, want integer, integer, text", c1, c2, c3)
+	}
+	kindLen, rest, ok1 := cutLength(packed)
+	idLen, rest, ok2 := cutLength(rest)
+	if !ok1 || !ok2 || kindLen+idLen > len(rest) {
+		return packedItem{}, fmt.Errorf("items row %d: malformed packed columns", seq)
+	}
+	return packedItem{seq: seq, sender: sender, kind: rest[:kindLen], itemID: rest[kindLen : kindLen+idLen],
+		wire: rest[kindLen+idLen:]}, nil
+}
+
+// cutLength cuts the decimal length and its comma off the front of s.
+func cutLength(s string) (n int, rest string, ok bool) {
+	num, rest, ok := strings.Cut(s, ",")
+	if !ok || num == "" || len(num) > 10 {
+		return 0, s, false
+	}
+	v, err := strconv.Atoi(num)
+	if err != nil || v < 0 {
+		return 0, s, false
+	}
+	return v, rest, true
+}
+
+// kindOf is the Kind named by s, the kinds the relay queues without a copy.
+func kindOf(s string) relayserver.Kind {
+	switch s {
+	case string(relayserver.KindEnvelope):
+		return relayserver.KindEnvelope
+	case string(relayserver.KindReceipt):
+		return relayserver.KindReceipt
+	case string(relayserver.KindExpired):
+		return relayserver.KindExpired
+	}
+	return relayserver.Kind(s)
+}
+
+// pageSenders names the senders of a page from the read cache of keys while the rows are read,
+// and remembers the items whose sender the cache lacked for resolve.
+type pageSenders struct {
+	lastID  int64
+	lastPub string
+	missing []int // indexes of items whose sender is still to be looked up
+	ids     []int64
+}
+
+// pub is the key of sender id for item i, "" when the cache does not have it.
+func (ps *pageSenders) pub(rk *readKeys, id int64, i int) string {
+	if id == ps.lastID && ps.lastPub != "" {
+		return ps.lastPub
+	}
+	rk.mu.Lock()
+	pub, ok := rk.pubs[id]
+	rk.mu.Unlock()
+	if !ok {
+		ps.missing, ps.ids = append(ps.missing, i), append(ps.ids, id)
+		return ""
+	}
+	ps.lastID, ps.lastPub = id, pub
+	return pub
+}
+
+// resolve looks up the senders pub did not find and sets them on items.
+func (ps *pageSenders) resolve(ctx context.Context, rk *readKeys, q querier, items []relayserver.Item) error {
+	for k, i := range ps.missing {
+		if i >= len(items) {
+			break // the row past the limits: not in the page
+		}
+		pub, err := rk.pub(ctx, q, ps.ids[k])
+		if err != nil {
+			return err
+		}
+		items[i].Sender = pub
+	}
+	return nil
+}
+
+const pullSQL = `SELECT seq, kind, item_id, sender, wire, wire_hash, accepted_at, expires_at FROM items
+WHERE target = ? AND seq > ? ORDER BY seq LIMIT ?`
+
+// pull reads a page with each item's wire hash and times.
+func (s *Store) pull(ctx context.Context, target string, after int64, limit int, maxBytes int64) (relayserver.Page, error) {
+	var p relayserver.Page
+	buf := new(relayserver.PullBuf)
 	sqlTx, err := s.db.BeginTx(ctx, nil)
 	if err != nil {
 		return p, err
@@ -118,17 +299,13 @@ func (s *Store) pull(ctx context.Context, target string, after int64, limit int,
 	if err != nil || tid == 0 {
 		return p, err // no id: a key the store never queued for
 	}
-	query := pullWiresSQL
-	if full {
-		query = pullSQL
-	}
-	rows, err := q.QueryContext(ctx, query, tid, after, limit+1)
+	rows, err := q.QueryContext(ctx, pullSQL, tid, after, limit+1)
 	if err != nil {
 		return p, err
 	}
 	defer rows.Close()
 	var sc pullScan
-	dest := sc.dest(full)
+	dest := []any{&sc.seq, &sc.kind, &sc.itemID, &sc.sender, &sc.wire, hashCol{&sc.hash}, &sc.acc, &sc.exp}
 	var total int64
 	for rows.Next() {
 		// The integers scan into interfaces and the bytes into the driver's own memory (copied
@@ -145,9 +322,7 @@ func (s *Store) pull(ctx context.Context, target string, after int64, limit int,
 		if err != nil {
 			return p, err
 		}
-		if full {
-			it.WireHash, it.AcceptedAt, it.ExpiresAt = sc.hash, storekit.FromMS(sc.acc), storekit.FromMS(sc.exp)
-		}
+		it.WireHash, it.AcceptedAt, it.ExpiresAt = sc.hash, storekit.FromMS(sc.acc), storekit.FromMS(sc.exp)
 		buf.Items = append(buf.Items, it)
 		total += n
 	}
@@ -168,13 +343,6 @@ type pullScan struct {
 	lastPub    string
 }
 
-func (sc *pullScan) dest(full bool) []any {
-	if full {
-		return []any{&sc.seq, &sc.kind, &sc.itemID, &sc.sender, &sc.wire, hashCol{&sc.hash}, &sc.acc, &sc.exp}
-	}
-	return []any{&sc.seq, &sc.kind, &sc.itemID, &sc.sender, &sc.wire}
-}
-
 // pullItem is the item of the row in sc, its wire copied into buf.
 func (s *Store) pullItem(ctx context.Context, q querier, sc *pullScan, target string, buf *relayserver.PullBuf) (relayserver.Item, error) {
 	seq, ok1 := sc.seq.(int64)
@@ -189,21 +357,8 @@ func (s *Store) pullItem(ctx context.Context, q querier, sc *pullScan, target st
 		}
 		sc.lastSender, sc.lastPub = sender, pub
 	}
-	return relayserver.Item{Target: target, Seq: seq, Kind: kindOf(sc.kind), ItemID: sc.itemID,
+	return relayserver.Item{Target: target, Seq: seq, Kind: kindOf(string(sc.kind)), ItemID: sc.itemID,
 		Sender: sc.lastPub, Wire: buf.AddWire(sc.wire)}, nil
-}
-
-// kindOf is the Kind named by b, without a copy for the kinds the relay queues.
-func kindOf(b []byte) relayserver.Kind {
-	switch string(b) {
-	case string(relayserver.KindEnvelope):
-		return relayserver.KindEnvelope
-	case string(relayserver.KindReceipt):
-		return relayserver.KindReceipt
-	case string(relayserver.KindExpired):
-		return relayserver.KindExpired
-	}
-	return relayserver.Kind(b)
 }
 
 // txStmts runs the pool's prepared statements inside one read transaction.
