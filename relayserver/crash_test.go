@@ -40,6 +40,7 @@ func TestMain(m *testing.M) {
 }
 
 func childRelay(dir string) int {
+	relayserver.TuneGC(os.Getenv) // as relay serve runs
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
 	tp, _ := relayserver.ParseTrustProxy(os.Getenv(relayserver.EnvRelayTrustProxy)) // the abuse runs

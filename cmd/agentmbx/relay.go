@@ -132,6 +132,7 @@ when $` + relayserver.EnvRelayKey + ` is not set.`,
 			if opts.Authority, err = af.authority(ctx, log); err != nil {
 				return err
 			}
+			relayserver.TuneGC(os.Getenv)
 			var relayPub string
 			err = relayserver.Serve(ctx, relayserver.ServeConfig{
 				TLS:       tlsConf,

@@ -9,6 +9,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/agentmbx/agentmbx/relayserver"
 	"github.com/agentmbx/agentmbx/relayserver/relaybench"
 )
 
@@ -50,6 +51,7 @@ included. Everything the run writes is removed at the end.`,
 				cfg.Progress = progressLine(f)
 				defer fmt.Fprint(f, "\r\033[K")
 			}
+			relayserver.TuneGC(os.Getenv) // the garbage collector as relay serve sets it
 			res, err := relaybench.Run(cmd.Context(), cfg)
 			if err != nil {
 				return err
