@@ -131,14 +131,29 @@ var (
 // a string that is not plain printable ASCII or a number outside the safe integer range; only the
 // generic encoders spell those right.
 func appendAcceptJSON(buf []byte, a Accept, canonical bool) ([]byte, bool) {
+	if !plainAccept(&a) {
+		return buf, false
+	}
+	order := &acceptStructOrder
+	if canonical {
+		order = &acceptCanonicalOrder
+	}
+	return writeAcceptJSON(buf, &a, order), true
+}
+
+// plainAccept reports whether appendAcceptJSON spells a itself: every string plain printable
+// ASCII, every number a safe integer.
+func plainAccept(a *Accept) bool {
 	ok := plainASCII(a.Type) && plainASCII(a.RelayPubkey) && plainASCII(a.Epoch) &&
 		plainASCII(a.SenderPubkey) && plainASCII(a.ItemID) && plainASCII(a.At) && safeInt(int64(a.V))
 	for _, t := range a.Targets {
 		ok = ok && plainASCII(t.HostPubkey) && plainASCII(t.WireHash) && safeInt(t.Seq)
 	}
-	if !ok {
-		return buf, false
-	}
+	return ok
+}
+
+// writeAcceptJSON appends a, which plainAccept accepted, with its fields in order.
+func writeAcceptJSON(buf []byte, a *Accept, order *[8]acceptField) []byte {
 	str := func(k, v string) {
 		buf = append(append(append(append(buf, '"'), k...), `":"`...), v...)
 		buf = append(buf, '"')
@@ -187,10 +202,6 @@ func appendAcceptJSON(buf []byte, a Accept, canonical bool) ([]byte, bool) {
 			str("at", a.At)
 		}
 	}
-	order := &acceptStructOrder
-	if canonical {
-		order = &acceptCanonicalOrder
-	}
 	buf = append(buf, '{')
 	for i, f := range order {
 		if i > 0 {
@@ -198,7 +209,7 @@ func appendAcceptJSON(buf []byte, a Accept, canonical bool) ([]byte, bool) {
 		}
 		field(f)
 	}
-	return append(buf, '}'), true
+	return append(buf, '}')
 }
 
 // plainASCII reports whether s needs no escaping in JSON by any encoder: printable ASCII without
@@ -233,42 +244,63 @@ func AcceptedResult(relay SigningKey, status string, a Accept) (PushResult, erro
 
 // AcceptBuf is memory AcceptBuf.Result reuses from one statement to the next: the signing input
 // is written over the last one, and the statements' JSON one after the other into one arena
-// (each result's Accept is its own slice of it, valid as long as the result). Not for concurrent
-// use.
+// (each result's Accept is its own slice of it, valid as long as the result, or until Reset).
+// Not for concurrent use.
 type AcceptBuf struct {
 	input, arena []byte
 }
 
+// acceptInputSize is room for the signing input of a statement with one target (about 330
+// bytes with 44-character keys), so that a fresh AcceptBuf does not grow it step by step.
+const acceptInputSize = 512
+
+// Reset makes the whole arena free again for the next statements: every result Result returned
+// before must no longer be used (its Accept bytes will be written over).
+func (b *AcceptBuf) Reset() { b.arena = b.arena[:0] }
+
+// Cap is the arena's size in bytes.
+func (b *AcceptBuf) Cap() int { return cap(b.arena) }
+
 // Result is AcceptedResult with the statement's bytes written into b.
 func (b *AcceptBuf) Result(relay SigningKey, status string, a Accept) (PushResult, error) {
-	var sig string
-	if in, ok := appendAcceptJSON(b.input[:0], a, true); ok {
-		b.input, sig = in, relay.Sign(in)
-	} else {
-		var err error
-		if sig, err = SignAccept(relay, a); err != nil {
-			return PushResult{}, err
-		}
+	if !plainAccept(&a) {
+		return b.genericResult(relay, status, a)
 	}
+	if cap(b.input) == 0 {
+		b.input = make([]byte, 0, acceptInputSize)
+	}
+	b.input = writeAcceptJSON(b.input[:0], &a, &acceptCanonicalOrder)
+	sig := relay.Sign(b.input)
 	start := len(b.arena)
 	if need := 256 + 160*len(a.Targets); cap(b.arena)-start < need {
 		// A new arena; the results written so far keep the old one.
 		b.arena, start = make([]byte, 0, max(2*cap(b.arena), need)), 0
 	}
-	raw, ok := appendAcceptJSON(b.arena, a, false)
-	if ok {
-		b.arena, raw = raw, raw[start:len(raw):len(raw)]
-	} else {
-		var err error
-		if raw, err = MarshalJSON(a); err != nil {
-			return PushResult{}, fmt.Errorf("sign accept: %w", err)
-		}
+	b.arena = writeAcceptJSON(b.arena, &a, &acceptStructOrder)
+	raw := b.arena[start:len(b.arena):len(b.arena)]
+	return PushResult{ItemID: a.ItemID, Status: status, Targets: resultTargets(a.Targets), Accept: raw, Sig: sig}, nil
+}
+
+// genericResult is Result for a statement only the generic encoders spell.
+func (b *AcceptBuf) genericResult(relay SigningKey, status string, a Accept) (PushResult, error) {
+	sig, err := SignAccept(relay, a)
+	if err != nil {
+		return PushResult{}, err
 	}
-	targets := make([]ResultTarget, len(a.Targets))
-	for i, t := range a.Targets {
+	raw, err := MarshalJSON(a)
+	if err != nil {
+		return PushResult{}, fmt.Errorf("sign accept: %w", err)
+	}
+	return PushResult{ItemID: a.ItemID, Status: status, Targets: resultTargets(a.Targets), Accept: raw, Sig: sig}, nil
+}
+
+// resultTargets lists each target's seq.
+func resultTargets(ts []AcceptTarget) []ResultTarget {
+	targets := make([]ResultTarget, len(ts))
+	for i, t := range ts {
 		targets[i] = ResultTarget{HostPubkey: t.HostPubkey, Seq: t.Seq}
 	}
-	return PushResult{ItemID: a.ItemID, Status: status, Targets: targets, Accept: raw, Sig: sig}, nil
+	return targets
 }
 
 // RejectedResult is the push result for an item refused with code ("conflict", "rate",

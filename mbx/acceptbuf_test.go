@@ -49,3 +49,38 @@ func TestAcceptBufResultsAreFreshResults(t *testing.T) {
 		}
 	}
 }
+
+// After Reset an AcceptBuf writes over its arena and its results are still fresh results.
+func TestAcceptBufReset(t *testing.T) {
+	relay, err := GenerateSigningKey(strings.NewReader(strings.Repeat("r", 32)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var buf AcceptBuf
+	at := time.UnixMilli(1773480413589)
+	for round := range 3 {
+		for i := range 5 {
+			a := NewAccept(relay.PublicKey(), "epoch-1", relay.PublicKey(), fmt.Sprintf("item-%d-%d", round, i),
+				[]AcceptTarget{{HostPubkey: relay.PublicKey(), Seq: int64(i + 1), WireHash: WireHash([]byte{byte(i)})}}, at)
+			got, err := buf.Result(relay, StatusAccepted, a)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want, err := AcceptedResult(relay, StatusAccepted, a)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !reflect.DeepEqual(got, want) {
+				t.Fatalf("round %d, statement %d:\n got %+v\nwant %+v", round, i, got, want)
+			}
+		}
+		if round > 0 && buf.Cap() == 0 {
+			t.Fatal("no arena kept")
+		}
+		c := buf.Cap()
+		buf.Reset()
+		if buf.Cap() != c {
+			t.Fatalf("Reset dropped the arena: cap %d, was %d", buf.Cap(), c)
+		}
+	}
+}

@@ -34,15 +34,6 @@ func DecodeB64Lenient(s string) ([]byte, error) {
 	return b, nil
 }
 
-// decodeB64Strict decodes standard base64 with padding, refusing every other spelling.
-func decodeB64Strict(s string) ([]byte, error) {
-	b, err := base64.StdEncoding.Strict().DecodeString(s)
-	if err != nil {
-		return nil, ErrBadBase64
-	}
-	return b, nil
-}
-
 // SHA256Hex is the lowercase hex SHA-256 of b (wire hashes, hop body hashes).
 func SHA256Hex(b []byte) string {
 	sum := sha256.Sum256(b)

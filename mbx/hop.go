@@ -4,8 +4,10 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 	"unicode/utf8"
 )
@@ -17,6 +19,13 @@ const (
 	HeaderTS   = "x-mbx-ts"   // LAN: ISO-8601 ms; relay: decimal ms since the Unix epoch
 	HeaderSig  = "x-mbx-sig"  // base64 Ed25519 signature of the hop input
 	HeaderPort = "x-mbx-port" // LAN: unsigned hint, the sender's listening port
+)
+
+// The header names as net/http keeps them (http.CanonicalHeaderKey): a lookup with these
+// spellings does not convert, and so allocates nothing.
+var (
+	canonHeaderTS  = http.CanonicalHeaderKey(HeaderTS)
+	canonHeaderSig = http.CanonicalHeaderKey(HeaderSig)
 )
 
 // HopWindow is how far a hop's timestamp may be from the verifier's clock, either way, inclusive.
@@ -68,9 +77,18 @@ func VerifyLANHop(pubB64 string, h http.Header, method, pathname string, body []
 //
 // where path is RelaySignedPath of the request and rawBody the exact body text ("" for GET).
 func RelayHopInput(method, path, ts string, body []byte) []byte {
+	return appendRelayHopInput(make([]byte, 0, relayHopInputSize(method, path, ts, body)), method, path, ts, body)
+}
+
+// relayHopInputSize is about the length of the hop input, so that it is written without growing.
+func relayHopInputSize(method, path, ts string, body []byte) int {
+	return 96 + len(body) + len(body)/16 + 3*(len(method)+len(path)+len(ts))
+}
+
+// appendRelayHopInput appends RelayHopInput to b.
+func appendRelayHopInput(b []byte, method, path, ts string, body []byte) []byte {
 	// Keys in canonical order: body, method, path, ts. Only strings, so this cannot fail on valid
 	// UTF-8; invalid UTF-8 in a body gets U+FFFD, which a verifier computes the same way.
-	b := make([]byte, 0, 96+len(body)+len(body)/16+3*(len(method)+len(path)+len(ts)))
 	b = append(b, `{"body":`...)
 	if utf8.Valid(body) && utf8.ValidString(method) && utf8.ValidString(path) && utf8.ValidString(ts) {
 		// The common case, in one pass and without a copy of the body: the body member escaped
@@ -132,18 +150,30 @@ func SignRelayHop(k SigningKey, host, method, path string, body []byte, now time
 // VerifyRelayHop checks a relay hop against pubB64, the key the relay found for the caller (by
 // x-mbx-key, or by x-mbx-host for v1). |now − ts| must be at most HopWindow.
 func VerifyRelayHop(pubB64 string, h http.Header, method, signedPath string, body []byte, now time.Time) error {
-	ts, sig := h.Get(HeaderTS), h.Get(HeaderSig)
+	ts, sig := h.Get(canonHeaderTS), h.Get(canonHeaderSig)
 	if ts == "" || sig == "" {
 		return fmt.Errorf("%w: missing x-mbx headers", ErrBadHop)
 	}
 	if err := CheckRelayHopTime(h, now); err != nil {
 		return err
 	}
-	if !Verify(pubB64, RelayHopInput(method, signedPath, ts, body), sig) {
+	bp := hopInputBufs.Get().(*[]byte)
+	in := appendRelayHopInput(slices.Grow((*bp)[:0], relayHopInputSize(method, signedPath, ts, body)), method, signedPath, ts, body)
+	ok := Verify(pubB64, in, sig)
+	if *bp = in[:0]; cap(in) <= maxPooledHopInput {
+		hopInputBufs.Put(bp)
+	}
+	if !ok {
 		return fmt.Errorf("%w: bad hop signature", ErrBadHop)
 	}
 	return nil
 }
+
+// hopInputBufs are the buffers VerifyRelayHop writes hop inputs into; one is free again once its
+// signature is checked. A buffer grown past maxPooledHopInput (a huge body's) is not kept.
+var hopInputBufs = sync.Pool{New: func() any { return new([]byte) }}
+
+const maxPooledHopInput = 256 << 10
 
 // InHopWindow reports whether t is within HopWindow of now, either way, inclusive. It compares
 // instants: a subtracted Duration saturates for a timestamp centuries away, which would let it
@@ -155,7 +185,7 @@ func InHopWindow(t, now time.Time) bool {
 // CheckRelayHopTime checks the x-mbx-ts of a relay hop (decimal ms since the Unix epoch) against
 // the window around now, so a server can refuse a stale hop before it reads the body.
 func CheckRelayHopTime(h http.Header, now time.Time) error {
-	ms, err := strconv.ParseInt(h.Get(HeaderTS), 10, 64)
+	ms, err := strconv.ParseInt(h.Get(canonHeaderTS), 10, 64)
 	if err != nil || !InHopWindow(time.UnixMilli(ms), now) {
 		return fmt.Errorf("%w: %w", ErrBadHop, ErrStaleHop)
 	}

@@ -168,3 +168,43 @@ func TestKeyFileRefusesMismatch(t *testing.T) {
 		t.Errorf("garbage key file: err = %v", err)
 	}
 }
+
+// strictKey is ValidPublicKey by decoding: strict padded standard base64 of 32 bytes.
+func strictKey(s string) bool {
+	b, err := base64.StdEncoding.Strict().DecodeString(s)
+	return err == nil && len(b) == 32 && len(s) == 44
+}
+
+// ValidPublicKey, which decodes nothing, accepts exactly the strings a strict decoder reads as 32
+// bytes: every character of the spelling varied at every position of a real key.
+func TestValidPublicKeyIsTheStrictDecoder(t *testing.T) {
+	k, err := GenerateSigningKey(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pub := k.PublicKey()
+	cases := []string{"", "=", pub, pub + "=", pub[:43], pub[:42] + "==", strings.Repeat("A", 44), strings.Repeat("A", 43) + "=",
+		strings.Repeat("/", 43) + "=", strings.Repeat("A", 40) + "\nAAA=", strings.Repeat("_", 43) + "="}
+	for pos := range 44 {
+		for c := range 256 {
+			b := []byte(pub)
+			b[pos] = byte(c)
+			cases = append(cases, string(b))
+		}
+	}
+	for _, s := range cases {
+		if got, want := ValidPublicKey(s), strictKey(s); got != want {
+			t.Fatalf("ValidPublicKey(%q) = %v, the strict decoder says %v", s, got, want)
+		}
+	}
+}
+
+func FuzzValidPublicKey(f *testing.F) {
+	f.Add("AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=")
+	f.Add("AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAB=")
+	f.Fuzz(func(t *testing.T, s string) {
+		if got, want := ValidPublicKey(s), strictKey(s); got != want {
+			t.Fatalf("ValidPublicKey(%q) = %v, the strict decoder says %v", s, got, want)
+		}
+	})
+}

@@ -1,7 +1,6 @@
 package relayserver
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"net/http"
@@ -13,9 +12,9 @@ import (
 // admit runs every request that may carry a body (anything but GET and HEAD) under the
 // per-address limit of requests in flight and gives it a ticket on the body budget, returned when
 // the handler is done. A client over its limit gets 503 with Retry-After before anything is read.
-func (s *Server) admit(w http.ResponseWriter, r *http.Request, next http.Handler) {
+func (s *Server) admit(w http.ResponseWriter, r *http.Request, st *reqState) {
 	if r.Method == http.MethodGet || r.Method == http.MethodHead {
-		next.ServeHTTP(w, r)
+		s.mux.ServeHTTP(w, r)
 		return
 	}
 	ck := clientKey(r, s.opt.TrustProxy)
@@ -25,10 +24,19 @@ func (s *Server) admit(w http.ResponseWriter, r *http.Request, next http.Handler
 		return
 	}
 	defer s.inflight.release(ck)
-	t := s.budget.Ticket()
-	defer t.Release()
-	next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), ticketKey{}, t)))
+	st.ticket = s.budget.Ticket()
+	defer st.ticket.Release()
+	s.mux.ServeHTTP(w, r)
 }
+
+// The hop header names as net/http keeps them: a lookup with these spellings does not convert
+// the name, and so allocates nothing.
+var (
+	hdrKey  = http.CanonicalHeaderKey(mbx.HeaderKey)
+	hdrSig  = http.CanonicalHeaderKey(mbx.HeaderSig)
+	hdrTS   = http.CanonicalHeaderKey(mbx.HeaderTS)
+	hdrHost = http.CanonicalHeaderKey(mbx.HeaderHost)
+)
 
 // hopCaller is what the headers of a hop say about its caller, checked before the body is read.
 type hopCaller struct {
@@ -42,8 +50,8 @@ type hopCaller struct {
 // hop, the name) is enrolled. An unknown key is answered at once, as an unenrolled caller.
 func (s *Server) checkHopHeaders(r *http.Request) (hopCaller, error) {
 	h := r.Header
-	key := h.Get(mbx.HeaderKey)
-	if h.Get(mbx.HeaderSig) == "" || h.Get(mbx.HeaderTS) == "" || (key == "" && h.Get(mbx.HeaderHost) == "") {
+	key := h.Get(hdrKey)
+	if h.Get(hdrSig) == "" || h.Get(hdrTS) == "" || (key == "" && h.Get(hdrHost) == "") {
 		return hopCaller{}, fmt.Errorf("%w: missing x-mbx headers", mbx.ErrBadHop)
 	}
 	if key != "" && !mbx.ValidPublicKey(key) {
@@ -68,7 +76,7 @@ func (s *Server) checkHopHeaders(r *http.Request) (hopCaller, error) {
 // v1Candidates finds the live enrolments a v1 hop (no x-mbx-key) may come from, by name, unless
 // the name is crowded.
 func (s *Server) v1Candidates(r *http.Request) (hopCaller, error) {
-	es, err := s.store.EnrolmentsByName(r.Context(), r.Header.Get(mbx.HeaderHost), mbx.MaxEnrolmentsPerName+1)
+	es, err := s.store.EnrolmentsByName(r.Context(), r.Header.Get(hdrHost), mbx.MaxEnrolmentsPerName+1)
 	if err != nil {
 		return hopCaller{}, err
 	}

@@ -21,11 +21,12 @@ const (
 	DefaultMaxSendersBody = 64 << 10
 )
 
-type ticketKey struct{}
-
+// ticketOf is the request's share of the body budget (nil when it has none).
 func ticketOf(ctx context.Context) *bodylimit.Ticket {
-	t, _ := ctx.Value(ticketKey{}).(*bodylimit.Ticket)
-	return t
+	if st := stateOf(ctx); st != nil {
+		return st.ticket
+	}
+	return nil
 }
 
 // unread reports whether r carries a body that was not read to its end: a refusal then closes

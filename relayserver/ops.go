@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/agentmbx/agentmbx/internal/bodylimit"
 	"github.com/agentmbx/agentmbx/internal/logkey"
 )
 
@@ -40,10 +41,25 @@ func (o *opsState) init(now time.Time) {
 
 type ctxKey struct{}
 
+// reqState is what the request plumbing keeps of a request, in its context under ctxKey: the
+// request id (serveObserved) and the request's share of the body budget (admit; nil for a
+// request without a body).
+type reqState struct {
+	id     string
+	ticket *bodylimit.Ticket
+}
+
+func stateOf(ctx context.Context) *reqState {
+	st, _ := ctx.Value(ctxKey{}).(*reqState)
+	return st
+}
+
 // RequestID returns the id of the request whose context ctx is ("" outside one).
 func RequestID(ctx context.Context) string {
-	id, _ := ctx.Value(ctxKey{}).(string)
-	return id
+	if st := stateOf(ctx); st != nil {
+		return st.id
+	}
+	return ""
 }
 
 // requestID is the id of r: a proxy's X-Request-Id when it is 1 to 64 characters of
@@ -104,27 +120,31 @@ func unwrapWriter(w http.ResponseWriter) http.ResponseWriter {
 // (metrics by route and status) and logs it at debug level.
 func (s *Server) serveObserved(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
-	id := s.requestID(r)
-	w.Header().Set(HeaderRequestID, id)
-	r = r.WithContext(context.WithValue(r.Context(), ctxKey{}, id))
-	sw := &statusWriter{ResponseWriter: w}
-	var route string
-	s.admit(sw, r, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		s.mux.ServeHTTP(w, r)
-		route = r.Pattern // set by the mux on the request it served
-	}))
+	o := &observed{statusWriter: statusWriter{ResponseWriter: w}} // one allocation for both
+	o.state.id = s.requestID(r)
+	w.Header()[HeaderRequestID] = []string{o.state.id}
+	r = r.WithContext(context.WithValue(r.Context(), ctxKey{}, &o.state))
+	s.admit(&o.statusWriter, r, &o.state)
+	sw := &o.statusWriter
 	if sw.status == 0 {
 		sw.status = http.StatusOK
 	}
+	route := r.Pattern // set by the mux on the request it served
 	if route == "" || route == "/" {
 		route = "other" // unknown paths share one series
 	}
 	took := time.Since(start)
 	s.met.request(s, route, sw.status, took)
 	if s.log.Enabled(r.Context(), slog.LevelDebug) { // the attributes cost allocations
-		s.log.Debug("relay request", logkey.Req, id, logkey.Method, r.Method, logkey.Route, route,
+		s.log.Debug("relay request", logkey.Req, o.state.id, logkey.Method, r.Method, logkey.Route, route,
 			logkey.Status, sw.status, logkey.MS, took.Milliseconds())
 	}
+}
+
+// observed is a request's writer and its state, allocated together.
+type observed struct {
+	statusWriter
+	state reqState
 }
 
 // opsRoutes adds the health endpoints and, with a token, the metrics.

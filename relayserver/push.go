@@ -446,24 +446,25 @@ func utf16Len(s string) int {
 const signChunk = 16
 
 // pushResults fills results with each item's answer; the accept statements of a batch are signed
-// in parallel across the cores.
-func (s *Server) pushResults(results []mbx.PushResult, work []*pushWork, sender string) error {
-	workers := min(runtime.GOMAXPROCS(0), (len(work)+signChunk-1)/signChunk)
+// in parallel across the cores. The statements' bytes are written into bufs, which must outlive
+// the results (one buffer per worker: at least GOMAXPROCS of them).
+func (s *Server) pushResults(results []mbx.PushResult, work []*pushWork, sender string, bufs []*mbx.AcceptBuf) error {
+	workers := min(runtime.GOMAXPROCS(0), (len(work)+signChunk-1)/signChunk, len(bufs))
 	if workers <= 1 {
-		return s.resultRange(results, work, sender, 0, 1)
+		return s.resultRange(results, work, sender, 0, 1, bufs[0])
 	}
 	errs := make([]error, workers)
 	var wg sync.WaitGroup
 	for k := range workers {
-		wg.Go(func() { errs[k] = s.resultRange(results, work, sender, k, workers) })
+		wg.Go(func() { errs[k] = s.resultRange(results, work, sender, k, workers, bufs[k]) })
 	}
 	wg.Wait()
 	return errors.Join(errs...)
 }
 
-// resultRange fills the results of items first, first+step, first+2·step, ...
-func (s *Server) resultRange(results []mbx.PushResult, work []*pushWork, sender string, first, step int) error {
-	var buf mbx.AcceptBuf // the statements of this range: one signing input, one arena
+// resultRange fills the results of items first, first+step, first+2·step, ... with the
+// statements written into buf (one signing input, one arena).
+func (s *Server) resultRange(results []mbx.PushResult, work []*pushWork, sender string, first, step int, buf *mbx.AcceptBuf) error {
 	for i := first; i < len(work); i += step {
 		it := work[i]
 		if it.code != "" {
@@ -478,7 +479,7 @@ func (s *Server) resultRange(results []mbx.PushResult, work []*pushWork, sender 
 		if it.dup {
 			status = mbx.StatusDuplicate
 		}
-		a := mbx.NewAccept(s.key.PublicKey(), s.epoch, sender, it.itemID, targets, it.firstAt)
+		a := mbx.NewAccept(s.pub, s.epoch, sender, it.itemID, targets, it.firstAt)
 		res, err := buf.Result(s.key, status, a)
 		if err != nil {
 			return err
@@ -486,6 +487,31 @@ func (s *Server) resultRange(results []mbx.PushResult, work []*pushWork, sender 
 		results[i] = res
 	}
 	return nil
+}
+
+// acceptBufs are the statement buffers of the answers being written; a push takes one per
+// signing worker and gives them back once its answer is written. A buffer whose arena grew past
+// maxPooledAccepts (a huge batch's) is not kept.
+var acceptBufs = sync.Pool{New: func() any { return new(mbx.AcceptBuf) }}
+
+const maxPooledAccepts = 1 << 20
+
+// takeAcceptBufs takes one statement buffer per signing worker of a push of n items.
+func takeAcceptBufs(n int) []*mbx.AcceptBuf {
+	bufs := make([]*mbx.AcceptBuf, max(1, min(runtime.GOMAXPROCS(0), (n+signChunk-1)/signChunk)))
+	for i := range bufs {
+		bufs[i] = acceptBufs.Get().(*mbx.AcceptBuf)
+	}
+	return bufs
+}
+
+// giveAcceptBufs returns bufs once nothing reads the results written into them.
+func giveAcceptBufs(bufs []*mbx.AcceptBuf) {
+	for _, b := range bufs {
+		if b.Reset(); b.Cap() <= maxPooledAccepts {
+			acceptBufs.Put(b)
+		}
+	}
 }
 
 // handlePush is POST /v2/relay/items (docs/design.md: Push and acceptance).
@@ -564,7 +590,9 @@ func (s *Server) handlePush(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	resp := mbx.PushResponse{Results: make([]mbx.PushResult, len(work))}
-	if err := s.pushResults(resp.Results, work, sender); err != nil {
+	bufs := takeAcceptBufs(len(work))
+	defer giveAcceptBufs(bufs) // once the answer is written: it holds the statements
+	if err := s.pushResults(resp.Results, work, sender, bufs); err != nil {
 		s.writeError(w, r, fmt.Errorf("push: sign accept: %w", err))
 		return
 	}

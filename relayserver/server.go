@@ -114,6 +114,7 @@ type Options struct {
 type Server struct {
 	store  Store
 	key    mbx.SigningKey
+	pub    string // key's public key, as the accept statements carry it
 	epoch  string
 	opt    Options
 	lim    mbx.Limits
@@ -235,6 +236,7 @@ func New(ctx context.Context, store Store, opt Options) (*Server, error) {
 	s := &Server{
 		store:     store,
 		key:       opt.Key,
+		pub:       opt.Key.PublicKey(),
 		epoch:     meta.Epoch,
 		opt:       opt,
 		lim:       opt.Limits,
@@ -387,14 +389,17 @@ func (s *Server) writeJSON(w http.ResponseWriter, status int, v any) {
 	writeRawJSON(w, status, bytes.TrimSuffix(buf.Bytes(), []byte("\n")))
 }
 
-// writeRawJSON writes b, a JSON value, as the response.
+// writeRawJSON writes b, a JSON value, as the response, in one write with its length declared.
 func writeRawJSON(w http.ResponseWriter, status int, b []byte) {
 	h := w.Header()
-	h.Set("Content-Type", "application/json")
+	h["Content-Type"] = jsonContentType[:1:1] // net/http copies header values; nothing writes to this one
 	h.Set("Content-Length", strconv.Itoa(len(b)))
 	w.WriteHeader(status)
 	_, _ = w.Write(b)
 }
+
+// jsonContentType is the Content-Type of every JSON answer.
+var jsonContentType = []string{"application/json"}
 
 // writeError answers err through the mapping of httperr.go.
 func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
