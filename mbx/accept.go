@@ -89,12 +89,15 @@ type Accept struct {
 // WireHash is the lowercase hex SHA-256 of the exact wire bytes.
 func WireHash(wire []byte) string { return SHA256Hex(wire) }
 
+// AcceptType is the type of an accept statement.
+const AcceptType = "relay-accept"
+
 // NewAccept builds the accept statement of relay for an item at (its first acceptance time).
 func NewAccept(relayPub, epoch, senderPub, itemID string, targets []AcceptTarget, at time.Time) Accept {
 	if targets == nil {
 		targets = []AcceptTarget{}
 	}
-	return Accept{V: 1, Type: "relay-accept", RelayPubkey: relayPub, Epoch: epoch, SenderPubkey: senderPub, ItemID: itemID, Targets: targets, At: ISOTime(at)}
+	return Accept{V: 1, Type: AcceptType, RelayPubkey: relayPub, Epoch: epoch, SenderPubkey: senderPub, ItemID: itemID, Targets: targets, At: ISOTime(at)}
 }
 
 // SigningInput is the canonical JSON of the statement.
@@ -338,7 +341,7 @@ func ValidAccept(r PushResult, pinnedRelay, ownPub, itemID, targetPub, wireHash 
 	a.ItemID, _ = getString(m, "item_id")
 	a.At, _ = getString(m, "at")
 	switch {
-	case a.Type != "relay-accept":
+	case a.Type != AcceptType:
 		return Accept{}, 0, ErrAcceptMalformed
 	case a.RelayPubkey != pinnedRelay || a.RelayPubkey == "":
 		return Accept{}, 0, ErrAcceptRelayKey

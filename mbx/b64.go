@@ -37,5 +37,7 @@ func DecodeB64Lenient(s string) ([]byte, error) {
 // SHA256Hex is the lowercase hex SHA-256 of b (wire hashes, hop body hashes).
 func SHA256Hex(b []byte) string {
 	sum := sha256.Sum256(b)
-	return hex.EncodeToString(sum[:])
+	var h [2 * sha256.Size]byte // encoded here so that only the string is allocated
+	hex.Encode(h[:], sum[:])
+	return string(h[:])
 }

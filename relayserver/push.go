@@ -82,6 +82,7 @@ func (s *Server) parsePush(body []byte) ([]*pushWork, error) {
 		return nil, fmt.Errorf("%w: %d items, max_batch is %d", ErrBadRequest, len(req.Items), s.lim.MaxBatch)
 	}
 	work := make([]*pushWork, len(req.Items))
+	slab := make([]pushWork, len(req.Items)) // the items in one allocation
 	for i, it := range req.Items {
 		k := Kind(it.Kind)
 		if !k.Valid() {
@@ -93,7 +94,8 @@ func (s *Server) parsePush(body []byte) ([]*pushWork, error) {
 		if len(it.Targets) == 0 || len(it.Targets) > s.lim.MaxTargets {
 			return nil, fmt.Errorf("%w: items[%d]: 1 to %d targets", ErrBadRequest, i, s.lim.MaxTargets)
 		}
-		w := &pushWork{kind: k, itemID: it.ItemID, targets: make([]pushTarget, len(it.Targets))}
+		w := &slab[i]
+		*w = pushWork{kind: k, itemID: it.ItemID, targets: make([]pushTarget, len(it.Targets))}
 		for j, t := range it.Targets {
 			if !mbx.ValidPublicKey(t.HostPubkey) {
 				return nil, fmt.Errorf("%w: items[%d].targets[%d]: host_pubkey is not a host key", ErrBadRequest, i, j)
@@ -465,6 +467,8 @@ func (s *Server) pushResults(results []mbx.PushResult, work []*pushWork, sender 
 // resultRange fills the results of items first, first+step, first+2·step, ... with the
 // statements written into buf (one signing input, one arena).
 func (s *Server) resultRange(results []mbx.PushResult, work []*pushWork, sender string, first, step int, buf *mbx.AcceptBuf) error {
+	var at time.Time // the items of a push mostly share their acceptance time: spelled once
+	var atISO string
 	for i := first; i < len(work); i += step {
 		it := work[i]
 		if it.code != "" {
@@ -479,7 +483,11 @@ func (s *Server) resultRange(results []mbx.PushResult, work []*pushWork, sender 
 		if it.dup {
 			status = mbx.StatusDuplicate
 		}
-		a := mbx.NewAccept(s.pub, s.epoch, sender, it.itemID, targets, it.firstAt)
+		if atISO == "" || !it.firstAt.Equal(at) {
+			at, atISO = it.firstAt, mbx.ISOTime(it.firstAt)
+		}
+		a := mbx.Accept{V: 1, Type: mbx.AcceptType, RelayPubkey: s.pub, Epoch: s.epoch, SenderPubkey: sender,
+			ItemID: it.itemID, Targets: targets, At: atISO}
 		res, err := buf.Result(s.key, status, a)
 		if err != nil {
 			return err
