@@ -1,9 +1,16 @@
 package sqlitestore
 
 import (
+	"database/sql/driver"
+	"errors"
 	"fmt"
+	"io/fs"
+	"math"
+	"os"
+	"path/filepath"
 	"reflect"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -92,24 +99,68 @@ func TestPullWiresIsPullWithoutHashAndTimes(t *testing.T) {
 	}
 }
 
-// A packed item row that does not parse fails the pull rather than misreading it.
-func TestUnpackItemRefusesMalformedRows(t *testing.T) {
-	good, err := unpackItem(int64(7), int64(2), "3,2,abcidwire")
-	if err != nil || good != (packedItem{seq: 7, sender: 2, kind: "abc", itemID: "id", wire: "wire"}) {
+// A packed head or item row that does not parse fails the pull rather than misreading it.
+func TestUnpackRefusesMalformedRows(t *testing.T) {
+	good, err := unpackItem("-7,2,3,2,abcidwire")
+	if err != nil || good != (packedItem{seq: -7, sender: 2, kind: "abc", itemID: "id", wire: "wire"}) {
 		t.Fatalf("unpackItem = %+v, %v", good, err)
 	}
-	for _, c := range [][3]any{
-		{int64(7), int64(2), "3,2,ab"},         // shorter than its lengths
-		{int64(7), int64(2), "3;2,abcid"},      // no comma
-		{int64(7), int64(2), ",2,abcid"},       // no number
-		{int64(7), int64(2), "-1,2,abcid"},     // negative
-		{int64(7), int64(2), "99999999999,0,"}, // absurd
-		{nil, int64(2), "0,0,"},                // a second head row
-		{int64(7), "2", "0,0,"},                // sender not an integer
-		{int64(7), int64(2), []byte("0,0,")},   // not text
+	edge, err := unpackItem("9223372036854775807,-9223372036854775808,0,0,")
+	if err != nil || edge != (packedItem{seq: math.MaxInt64, sender: math.MinInt64}) {
+		t.Fatalf("unpackItem = %+v, %v", edge, err)
+	}
+	if h, a, err := unpackHead("12,9,"); h != 12 || a != 9 || err != nil {
+		t.Fatalf("unpackHead = %d, %d, %v", h, a, err)
+	}
+	for _, row := range []driver.Value{
+		"7,2,3,2,ab",                  // shorter than its lengths
+		"7,2,3;2,abcid",               // no comma
+		"7,2,,2,abcid",                // no number
+		"7,2,-1,2,abcid",              // negative length
+		"7,2,0,-1,abcid",              // negative length
+		"7,2,99999999999999999999,0,", // out of range
+		"9223372036854775808,2,0,0,",  // out of range
+		"7,-,0,0,",                    // a sign alone
+		"7,2,0,",                      // too few numbers
+		"12,9,",                       // a second head row
+		[]byte("7,2,0,0,"),            // not text
+		nil,
 	} {
-		if it, err := unpackItem(c[0], c[1], c[2]); err == nil {
-			t.Errorf("unpackItem(%v) = %+v, want an error", c, it)
+		if it, err := unpackItem(row); err == nil {
+			t.Errorf("unpackItem(%q) = %+v, want an error", row, it)
+		}
+	}
+	for _, row := range []driver.Value{"12,9", "12,9,x", "12,", "7,2,0,0,", int64(12), nil} {
+		if h, a, err := unpackHead(row); err == nil {
+			t.Errorf("unpackHead(%q) = %d, %d, want an error", row, h, a)
+		}
+	}
+}
+
+// Close finalizes the pull statement kept on each read connection before the pool closes them:
+// a connection with a statement left open would stay open, and the store's WAL with it.
+func TestCloseAfterPullsLeavesNoWAL(t *testing.T) {
+	dir := t.TempDir()
+	s, err := Open(ctx, dir, &Options{LockWait: 200 * time.Millisecond, Readers: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	insert(t, s, item(key(1), key(2), "a", "w", 1000))
+	var wg sync.WaitGroup
+	for range 8 { // concurrent pulls: more than one read connection gets the statement
+		wg.Go(func() {
+			if _, err := s.PullWires(ctx, key(1), 0, 10, 1<<20, nil); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	wg.Wait()
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for _, suffix := range []string{"-wal", "-shm"} {
+		if _, err := os.Stat(filepath.Join(dir, DBFile+suffix)); !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("%s%s after Close: %v, want it gone (a connection stayed open)", DBFile, suffix, err)
 		}
 	}
 }

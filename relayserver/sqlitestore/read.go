@@ -3,11 +3,13 @@ package sqlitestore
 import (
 	"context"
 	"database/sql"
+	"database/sql/driver"
 	"errors"
 	"fmt"
-	"strconv"
-	"strings"
+	"io"
+	"math"
 	"sync"
+	"time"
 
 	"github.com/agentmbx/agentmbx/relayserver"
 	"github.com/agentmbx/agentmbx/relayserver/internal/storekit"
@@ -86,8 +88,7 @@ func (s *Store) Pull(ctx context.Context, target string, after int64, limit int,
 
 // PullWires implements relayserver.WirePuller: Pull without the wire hash and times, into buf.
 // The head and the page come from one statement (pullPageSQL), so from one snapshot without a
-// transaction, and each item is one row of three columns: every column a row hands over costs
-// calls into SQLite under its connection mutex, and those calls were most of a pull's CPU.
+// transaction, and each item is one row of one column.
 func (s *Store) PullWires(ctx context.Context, target string, after int64, limit int, maxBytes int64, buf *relayserver.PullBuf) (relayserver.Page, error) {
 	p, err := s.pullWires(ctx, target, after, max(limit, 1), maxBytes, buf)
 	if err != nil {
@@ -96,34 +97,35 @@ func (s *Store) PullWires(ctx context.Context, target string, after int64, limit
 	return p, nil
 }
 
-// pullPageSQL reads a pull in one statement: first the head row (NULL, head seq, acked through),
-// then one row per item (seq, sender id, packed), packed being
+// pullPageSQL reads a pull in one statement of one text column: first the head row,
+// "<head seq>,<acked through>,", then one row per item,
 //
-//	"<bytes of kind>,<bytes of item_id>," || kind || item_id || wire
+//	"<seq>,<sender id>,<bytes of kind>,<bytes of item_id>," || kind || item_id || wire
 //
-// (the lengths in decimal, the values' bytes as stored: item ids are arbitrary text). One
-// statement is one snapshot: the head is never older than the page. It has no ORDER BY and no
-// LIMIT: either makes SQLite run the arms as co-routines and copy every row once more. Its
-// order is that of its plan, the head row, then the range scan of the items b-tree (keyed by
-// target, seq), which pullWires checks (a plan that ever read otherwise fails the pull, it
-// cannot reorder a page); it stops reading after the first row past the page.
-const pullPageSQL = `SELECT NULL,
+// (numbers in decimal, then the values' bytes as stored: item ids are arbitrary text). One
+// statement is one snapshot: the head is never older than the page. One column because every
+// column a row hands over costs calls into SQLite under its connection mutex (type, value,
+// length), and those calls were most of a pull's CPU. No ORDER BY and no LIMIT: either makes
+// SQLite run the arms as co-routines and copy every row once more. The order is that of the
+// plan, the head row, then the range scan of the items b-tree (keyed by target, seq), which
+// pullWires checks (a plan that ever read otherwise fails the pull, it cannot reorder a page);
+// reading stops after the first row past the page.
+const pullPageSQL = `SELECT printf('%d,%d,',
 	COALESCE((SELECT next_seq - 1 FROM seqs WHERE target_pubkey = ?1), 0),
-	COALESCE((SELECT acked_through FROM acked WHERE target_pubkey = ?1), 0)
+	COALESCE((SELECT acked_through FROM acked WHERE target_pubkey = ?1), 0))
 UNION ALL
-SELECT seq, sender, printf('%d,%d,', octet_length(kind), octet_length(item_id)) || kind || item_id || wire
+SELECT printf('%d,%d,%d,%d,', seq, sender, octet_length(kind), octet_length(item_id)) || kind || item_id || wire
 	FROM items WHERE target = ?2 AND seq > ?3`
-
-// errHeadRow is a pull statement whose first row was not the head.
-var errHeadRow = errors.New("pull: the head row did not come first")
 
 // errOrder is a pull statement whose items did not come in seq order after the pull's seq.
 var errOrder = errors.New("pull: items not in seq order")
 
 // pullWires reads a page into buf (nil: fresh memory), stopping at the first item past the
-// limits (so at most one wire beyond the page is read). Senders are looked up once the
-// statement is done: a lookup that misses the cache takes a read connection, and holding one
-// while waiting for another could wait forever with a small pool.
+// limits (so at most one wire beyond the page is read). It runs pullPageSQL on a connection of
+// the pool through the driver (database/sql would convert each value once more), with the
+// statement prepared for that connection (pageStmts). Senders are looked up once the connection is back in the pool: a
+// lookup that misses the cache takes a read connection, and holding one while waiting for
+// another could wait forever with a small pool.
 func (s *Store) pullWires(ctx context.Context, target string, after int64, limit int, maxBytes int64, buf *relayserver.PullBuf) (relayserver.Page, error) {
 	var p relayserver.Page
 	if buf == nil {
@@ -134,59 +136,92 @@ func (s *Store) pullWires(ctx context.Context, target string, after int64, limit
 	if err != nil {
 		return p, err
 	}
-	// With no id (a key the store never queued for) the page is empty: ids start at 1.
-	rows, err := s.rq.QueryContext(ctx, pullPageSQL, target, tid, after)
+	conn, err := s.db.Conn(ctx)
 	if err != nil {
 		return p, err
 	}
-	defer rows.Close()
-	var c1, c2, c3 any
-	if !rows.Next() {
-		return p, errors.Join(errHeadRow, rows.Err())
-	}
-	if err := rows.Scan(&c1, &p.HeadSeq, &p.AckedThrough); err != nil || c1 != nil {
-		return p, errors.Join(errHeadRow, err)
-	}
-	var total int64
-	last := after
 	var senders pageSenders
-	for rows.Next() {
-		if err := rows.Scan(&c1, &c2, &c3); err != nil {
-			return p, err
-		}
-		it, err := unpackItem(c1, c2, c3)
-		if err != nil {
-			return p, err
-		}
-		if it.seq <= last {
-			return p, fmt.Errorf("%w: seq %d after %d", errOrder, it.seq, last)
-		}
-		last = it.seq
-		n := int64(len(it.wire))
-		if len(buf.Items) == limit || (len(buf.Items) > 0 && total+n > maxBytes) {
-			p.More = true
-			break
-		}
-		start := len(buf.Wires)
-		buf.Wires = append(buf.Wires, it.wire...)
-		buf.Items = append(buf.Items, relayserver.Item{Target: target, Seq: it.seq, Kind: kindOf(it.kind),
-			ItemID: it.itemID, Sender: senders.pub(s.rk, it.sender, len(buf.Items)),
-			Wire: buf.Wires[start:len(buf.Wires):len(buf.Wires)]})
-		total += n
+	err = conn.Raw(func(dc any) error {
+		// With no id (a key the store never queued for) the page is empty: ids start at 1.
+		return s.readPage(ctx, dc, pageQuery{target, tid, after, limit, maxBytes}, &p, buf, &senders)
+	})
+	if cerr := conn.Close(); err == nil {
+		err = cerr
 	}
-	if err := rows.Err(); err != nil {
-		return p, err
-	}
-	if err := rows.Close(); err != nil {
-		return p, err
+	if err != nil {
+		return relayserver.Page{}, err
 	}
 	if err := senders.resolve(ctx, s.rk, s.rq, buf.Items); err != nil {
-		return p, err
+		return relayserver.Page{}, err
 	}
 	if len(buf.Items) > 0 {
 		p.Items = buf.Items
 	}
 	return p, nil
+}
+
+// pageQuery is what a pull asks for.
+type pageQuery struct {
+	target   string
+	tid      int64
+	after    int64
+	limit    int
+	maxBytes int64
+}
+
+// readPage runs pullPageSQL on the driver connection dc, the head into p and the items into buf.
+func (s *Store) readPage(ctx context.Context, dc any, q pageQuery, p *relayserver.Page, buf *relayserver.PullBuf, senders *pageSenders) error {
+	st, release, err := s.rq.page.get(ctx, dc)
+	if err != nil {
+		return err
+	}
+	defer release()
+	sq, ok := st.(driver.StmtQueryContext)
+	if !ok {
+		return fmt.Errorf("driver statement %T cannot query with a context", st)
+	}
+	rows, err := sq.QueryContext(ctx, []driver.NamedValue{{Ordinal: 1, Value: q.target},
+		{Ordinal: 2, Value: q.tid}, {Ordinal: 3, Value: q.after}})
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	row := make([]driver.Value, 1)
+	if err := rows.Next(row); err != nil {
+		return fmt.Errorf("pull: head row: %w", err)
+	}
+	if p.HeadSeq, p.AckedThrough, err = unpackHead(row[0]); err != nil {
+		return err
+	}
+	var total int64
+	last := q.after
+	for {
+		if err := rows.Next(row); err == io.EOF {
+			break
+		} else if err != nil {
+			return err
+		}
+		it, err := unpackItem(row[0])
+		if err != nil {
+			return err
+		}
+		if it.seq <= last {
+			return fmt.Errorf("%w: seq %d after %d", errOrder, it.seq, last)
+		}
+		last = it.seq
+		n := int64(len(it.wire))
+		if len(buf.Items) == q.limit || (len(buf.Items) > 0 && total+n > q.maxBytes) {
+			p.More = true
+			break
+		}
+		start := len(buf.Wires)
+		buf.Wires = append(buf.Wires, it.wire...)
+		buf.Items = append(buf.Items, relayserver.Item{Target: q.target, Seq: it.seq, Kind: kindOf(it.kind),
+			ItemID: it.itemID, Sender: senders.pub(s.rk, it.sender, len(buf.Items)),
+			Wire: buf.Wires[start:len(buf.Wires):len(buf.Wires)]})
+		total += n
+	}
+	return rows.Close()
 }
 
 // packedItem is one item row of pullPageSQL taken apart; the strings share the row's memory.
@@ -196,34 +231,67 @@ type packedItem struct {
 	wire         string
 }
 
-// unpackItem takes apart the columns of an item row of pullPageSQL.
-func unpackItem(c1, c2, c3 any) (packedItem, error) {
-	seq, ok1 := c1.(int64)
-	sender, ok2 := c2.(int64)
-	packed, ok3 := c3.(string)
-	if !ok1 || !ok2 || !ok3 {
-		return packedItem{}, fmt.Errorf("items row: %T, %T, %T, want integer, integer, text", c1, c2, c3)
+// unpackHead takes apart the head row of pullPageSQL.
+func unpackHead(v driver.Value) (head, acked int64, err error) {
+	packed, ok := v.(string)
+	var ok1, ok2 bool
+	if ok {
+		head, packed, ok1 = cutInt(packed)
+		acked, packed, ok2 = cutInt(packed)
 	}
-	kindLen, rest, ok1 := cutLength(packed)
-	idLen, rest, ok2 := cutLength(rest)
-	if !ok1 || !ok2 || kindLen+idLen > len(rest) {
-		return packedItem{}, fmt.Errorf("items row %d: malformed packed columns", seq)
+	if !ok || !ok1 || !ok2 || packed != "" {
+		return 0, 0, fmt.Errorf("pull: malformed head row %q", v)
 	}
-	return packedItem{seq: seq, sender: sender, kind: rest[:kindLen], itemID: rest[kindLen : kindLen+idLen],
-		wire: rest[kindLen+idLen:]}, nil
+	return head, acked, nil
 }
 
-// cutLength cuts the decimal length and its comma off the front of s.
-func cutLength(s string) (n int, rest string, ok bool) {
-	num, rest, ok := strings.Cut(s, ",")
-	if !ok || num == "" || len(num) > 10 {
+// unpackItem takes apart an item row of pullPageSQL.
+func unpackItem(v driver.Value) (packedItem, error) {
+	packed, ok := v.(string)
+	if !ok {
+		return packedItem{}, fmt.Errorf("pull: item row is %T, want text", v)
+	}
+	var it packedItem
+	var kindLen, idLen int64
+	var ok1, ok2, ok3, ok4 bool
+	it.seq, packed, ok1 = cutInt(packed)
+	it.sender, packed, ok2 = cutInt(packed)
+	kindLen, packed, ok3 = cutInt(packed)
+	idLen, packed, ok4 = cutInt(packed)
+	if !ok1 || !ok2 || !ok3 || !ok4 || kindLen < 0 || idLen < 0 || kindLen+idLen > int64(len(packed)) {
+		return packedItem{}, fmt.Errorf("pull: malformed item row (seq %d)", it.seq)
+	}
+	it.kind, it.itemID, it.wire = packed[:kindLen], packed[kindLen:kindLen+idLen], packed[kindLen+idLen:]
+	return it, nil
+}
+
+// cutInt cuts a decimal integer (as printf's %d writes an int64) and the comma after it off the
+// front of s.
+func cutInt(s string) (n int64, rest string, ok bool) {
+	i, neg := 0, false
+	if len(s) > 0 && s[0] == '-' {
+		i, neg = 1, true
+	}
+	start := i
+	var u uint64
+	for ; i < len(s) && '0' <= s[i] && s[i] <= '9'; i++ {
+		if i-start == 19 {
+			return 0, s, false // more digits than any int64 has
+		}
+		u = u*10 + uint64(s[i]-'0')
+	}
+	limit := uint64(math.MaxInt64)
+	if neg {
+		limit++ // -9223372036854775808
+	}
+	if i == start || i == len(s) || s[i] != ',' || u > limit {
 		return 0, s, false
 	}
-	v, err := strconv.Atoi(num)
-	if err != nil || v < 0 {
-		return 0, s, false
+	n = int64(u)
+	if neg {
+		n = -n
 	}
-	return v, rest, true
+	return n, s[i+1:], true
 }
 
 // kindOf is the Kind named by s, the kinds the relay queues without a copy.
@@ -399,6 +467,89 @@ type readStmts struct {
 	pending map[string]bool // statements being prepared by prepareSoon
 	preps   sync.WaitGroup  // the goroutines of prepareSoon
 	closed  bool
+	page    pageStmts // pullPageSQL, prepared on the driver connections of the pool
+}
+
+// pageStmts keeps pullPageSQL prepared on each driver connection of the pool a pull has used
+// (preparing it took as long as reading a 100-item page). A statement is only ever used inside
+// sql.Conn.Raw of its own connection, which database/sql hands to one caller at a time. close
+// finalizes them before the pool closes its connections (SQLite keeps a connection with an
+// unfinalized statement open: its file, and the WAL it would clean up on close).
+type pageStmts struct {
+	mu     sync.Mutex
+	m      map[any]driver.Stmt // by driver connection
+	closed bool
+}
+
+// maxPageStmts bounds pageStmts: the pool has a few connections, and replaces one only when it
+// went bad.
+const maxPageStmts = 64
+
+// get returns pullPageSQL prepared on dc, and what to call once done with it.
+func (c *pageStmts) get(ctx context.Context, dc any) (driver.Stmt, func(), error) {
+	c.mu.Lock()
+	st, ok := c.m[dc]
+	c.mu.Unlock()
+	if ok {
+		return st, func() {}, nil
+	}
+	prep, ok := dc.(driver.ConnPrepareContext)
+	if !ok {
+		return nil, nil, fmt.Errorf("driver connection %T cannot prepare with a context", dc)
+	}
+	st, err := prep.PrepareContext(ctx, pullPageSQL)
+	if err != nil {
+		return nil, nil, err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed || len(c.m) >= maxPageStmts {
+		return st, func() { _ = st.Close() }, nil // for this pull only
+	}
+	if c.m == nil {
+		c.m = map[any]driver.Stmt{}
+	}
+	c.m[dc] = st
+	return st, func() {}, nil
+}
+
+// close finalizes the statements on the connections of db. It takes every connection the pool
+// has open, waiting for those in use (a bounded time), and finalizes the statement of each inside
+// its Raw; a statement whose connection the pool dropped as bad is left (its connection is gone).
+func (c *pageStmts) close(db *sql.DB) {
+	c.mu.Lock()
+	c.closed = true
+	left := len(c.m)
+	c.mu.Unlock()
+	if left == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var held []*sql.Conn
+	defer func() {
+		for _, conn := range held {
+			_ = conn.Close()
+		}
+	}()
+	for left > 0 && len(held) < db.Stats().OpenConnections {
+		conn, err := db.Conn(ctx)
+		if err != nil {
+			return
+		}
+		held = append(held, conn)
+		_ = conn.Raw(func(dc any) error {
+			c.mu.Lock()
+			st, ok := c.m[dc]
+			delete(c.m, dc)
+			left = len(c.m)
+			c.mu.Unlock()
+			if ok {
+				_ = st.Close()
+			}
+			return nil
+		})
+	}
 }
 
 // cached returns the pool's statement for query, or nil while it has none.
@@ -472,6 +623,7 @@ func (c *readStmts) QueryRowContext(ctx context.Context, query string, args ...a
 // close closes the pool's statements; prepareSoon starts nothing more, and a prepare still
 // running closes what it prepares.
 func (c *readStmts) close() {
+	c.page.close(c.db)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.closed = true
