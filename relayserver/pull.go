@@ -3,6 +3,7 @@ package relayserver
 import (
 	"context"
 	"encoding/base64"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -124,7 +125,7 @@ func appendPullJSON(buf []byte, epoch string, after int64, page Page) ([]byte, b
 		buf = strconv.AppendInt(append(buf, `{"seq":`...), it.Seq, 10)
 		buf = append(append(append(buf, `,"kind":"`...), it.Kind...), `","item_id":"`...)
 		buf = append(append(append(buf, it.ItemID...), `","sender_pubkey":"`...), it.Sender...)
-		buf = base64.StdEncoding.AppendEncode(append(buf, `","wire_b64":"`...), it.Wire)
+		buf = appendBase64(append(buf, `","wire_b64":"`...), it.Wire)
 		buf = append(buf, `"}`...)
 		last = it.Seq
 	}
@@ -150,6 +151,34 @@ func plainJSON(s string) bool {
 		}
 	}
 	return true
+}
+
+// b64Pairs holds the two standard base64 characters of every 12-bit value, the first in the low
+// byte.
+var b64Pairs = func() *[4096]uint16 {
+	const alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
+	t := new([4096]uint16)
+	for v := range t {
+		t[v] = uint16(alphabet[v>>6]) | uint16(alphabet[v&63])<<8
+	}
+	return t
+}()
+
+// appendBase64 is base64.StdEncoding.AppendEncode(dst, src), 6 bytes of src (8 characters) a
+// step: the pull answer is mostly base64.
+func appendBase64(dst, src []byte) []byte {
+	n := base64.StdEncoding.EncodedLen(len(src))
+	dst = slices.Grow(dst, n)
+	out := dst[len(dst) : len(dst)+n]
+	j := 0
+	for len(src) >= 8 { // reads 8 bytes, encodes 6
+		v := binary.BigEndian.Uint64(src) >> 16
+		binary.LittleEndian.PutUint64(out[j:], uint64(b64Pairs[v>>36])|uint64(b64Pairs[v>>24&0xfff])<<16|
+			uint64(b64Pairs[v>>12&0xfff])<<32|uint64(b64Pairs[v&0xfff])<<48)
+		src, j = src[6:], j+8
+	}
+	base64.StdEncoding.Encode(out[j:], src)
+	return dst[:len(dst)+n]
 }
 
 // pullWait reads a page of key's queue; when it is empty and wait > 0 it parks until an item for

@@ -2,6 +2,7 @@ package relayserver
 
 import (
 	"bytes"
+	"encoding/base64"
 	"encoding/json"
 	"reflect"
 	"testing"
@@ -49,4 +50,44 @@ func TestPullJSONMatchesGenericEncoder(t *testing.T) {
 			t.Errorf("page %d:\n got %s\nwant %s", i, got, want.Bytes())
 		}
 	}
+}
+
+// appendBase64 writes what base64.StdEncoding writes, for every length around its 6-byte steps
+// and every byte value.
+func TestAppendBase64IsStdEncoding(t *testing.T) {
+	src := make([]byte, 300)
+	for i := range src {
+		src[i] = byte(i*7 + i/256)
+	}
+	for n := range len(src) {
+		for _, prefix := range []string{"", "x"} {
+			got := appendBase64([]byte(prefix), src[n%11:n])
+			want := base64.StdEncoding.AppendEncode([]byte(prefix), src[n%11:n])
+			if !bytes.Equal(got, want) {
+				t.Fatalf("appendBase64(%x) = %s, want %s", src[n%11:n], got, want)
+			}
+		}
+	}
+	all := make([]byte, 256*3)
+	for i := range all {
+		all[i] = byte(i / 3 * (1 + i%3))
+	}
+	if got, want := appendBase64(nil, all), base64.StdEncoding.AppendEncode(nil, all); !bytes.Equal(got, want) {
+		t.Fatalf("appendBase64 of all byte values differs:\n%s\n%s", got, want)
+	}
+}
+
+func BenchmarkAppendBase64(b *testing.B) {
+	wire := bytes.Repeat([]byte("0123456789abcdefghij"), 5)
+	buf := make([]byte, 0, 256)
+	b.Run("std", func(b *testing.B) {
+		for b.Loop() {
+			buf = base64.StdEncoding.AppendEncode(buf[:0], wire)
+		}
+	})
+	b.Run("pairs", func(b *testing.B) {
+		for b.Loop() {
+			buf = appendBase64(buf[:0], wire)
+		}
+	})
 }
