@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 )
@@ -217,4 +218,25 @@ func FuzzVerifyLANHop(f *testing.F) {
 			t.Fatalf("own hop refused: %v", err)
 		}
 	})
+}
+
+// VerifyRelayHop writes hop inputs into reused buffers: hops of bodies large and small, one
+// after the other, each verify, and each tampered body is refused, whatever was written before.
+func TestVerifyRelayHopReusesBuffers(t *testing.T) {
+	k, err := GenerateSigningKey(strings.NewReader(strings.Repeat("h", 32)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.UnixMilli(1773480413589)
+	for i, n := range []int{4000, 10, 0, 70000, 300, 300 << 10, 1} {
+		body := []byte(strings.Repeat(string(rune('a'+i)), n))
+		h := SignRelayHop(k, "laptop", "POST", "/v2/relay/items", body, now, true)
+		if err := VerifyRelayHop(k.PublicKey(), h, "POST", "/v2/relay/items", body, now); err != nil {
+			t.Fatalf("body of %d bytes: %v", n, err)
+		}
+		tampered := append(append([]byte{}, body...), 'x')
+		if err := VerifyRelayHop(k.PublicKey(), h, "POST", "/v2/relay/items", tampered, now); err == nil {
+			t.Fatalf("body of %d bytes: a tampered body verifies", n)
+		}
+	}
 }

@@ -68,7 +68,8 @@ func (s *Server) requestID(r *http.Request) string {
 	if id := r.Header.Get(HeaderRequestID); validRequestID(id) {
 		return id
 	}
-	return s.ops.idPrefix + "-" + strconv.FormatUint(s.ops.idSeq.Add(1), 10)
+	var b [32]byte // prefix (8), dash, counter (at most 20): only the string is allocated
+	return string(strconv.AppendUint(append(append(b[:0], s.ops.idPrefix...), '-'), s.ops.idSeq.Add(1), 10))
 }
 
 func validRequestID(id string) bool {

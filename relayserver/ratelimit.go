@@ -2,6 +2,7 @@ package relayserver
 
 import (
 	"container/list"
+	"errors"
 	"net"
 	"net/http"
 	"net/netip"
@@ -83,7 +84,10 @@ func clientKeys(r *http.Request, mode TrustProxy) []rateKey {
 	case TrustCloudflare:
 		s = strings.TrimSpace(r.Header.Get("CF-Connecting-IP"))
 	}
-	addr, err := netip.ParseAddr(s)
+	addr, err := netip.Addr{}, errNoProxyAddr // no header: no parse, whose error would be allocated
+	if s != "" {
+		addr, err = netip.ParseAddr(s)
+	}
 	if err != nil {
 		host, _, serr := net.SplitHostPort(r.RemoteAddr)
 		if serr != nil {
@@ -105,6 +109,8 @@ func clientKeys(r *http.Request, mode TrustProxy) []rateKey {
 	}
 	return keys
 }
+
+var errNoProxyAddr = errors.New("no proxy header")
 
 // Defaults of the rate tables.
 const (
