@@ -148,13 +148,8 @@ func Init(dir string, opts InitOptions) error {
 	return nil
 }
 
-func writeKeyFile(path string, f mbx.KeyFile) error {
-	b, err := json.Marshal(f)
-	if err != nil {
-		return err
-	}
-	return fsutil.WriteFileAtomic(path, append(b, '\n'), 0o600)
-}
+// writeKeyFile replaces the key file at path with f, readable by its owner only.
+func writeKeyFile(path string, f mbx.KeyFile) error { return fsutil.WriteJSONFile(path, f, 0o600) }
 
 func readKeys(dir string) (mbx.SigningKey, mbx.EncKey, []mbx.EncKey, error) {
 	hb, err := os.ReadFile(filepath.Join(dir, HostKeyFile))

@@ -242,13 +242,8 @@ func readEncKey(path string) (mbx.EncKey, error) {
 	return k, nil
 }
 
-func writeKeyFile(path string, f mbx.KeyFile) error {
-	b, err := json.Marshal(f)
-	if err != nil {
-		return err
-	}
-	return fsutil.WriteFileAtomic(path, append(b, '\n'), 0o600)
-}
+// writeKeyFile replaces the key file at path with f, readable by its owner only.
+func writeKeyFile(path string, f mbx.KeyFile) error { return fsutil.WriteJSONFile(path, f, 0o600) }
 
 // retireKey appends f to the JSON array of key files at path (atomically; once).
 func retireKey(path string, f mbx.KeyFile) error {
@@ -261,11 +256,7 @@ func retireKey(path string, f mbx.KeyFile) error {
 			return nil
 		}
 	}
-	b, err := json.Marshal(append(files, f))
-	if err != nil {
-		return err
-	}
-	return fsutil.WriteFileAtomic(path, append(b, '\n'), 0o600)
+	return fsutil.WriteJSONFile(path, append(files, f), 0o600)
 }
 
 // ReadKeyList reads a JSON array of key files (none when the file does not exist).

@@ -2,11 +2,21 @@
 package fsutil
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 )
+
+// WriteJSONFile replaces path with v as JSON and a newline, with WriteFileAtomic.
+func WriteJSONFile(path string, v any, perm os.FileMode) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	return WriteFileAtomic(path, append(b, '\n'), perm)
+}
 
 // WriteFileAtomic replaces path with data so that a reader, and the file system after a crash,
 // sees either the old content or the whole new one: it writes a temporary file beside path with

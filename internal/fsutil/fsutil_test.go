@@ -51,3 +51,29 @@ func TestWriteFileAtomicFailureLeavesNothing(t *testing.T) {
 		t.Fatalf("directory holds %d entries after the failure, want 1", len(ents))
 	}
 }
+
+func TestWriteJSONFile(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "k.json")
+	if err := os.WriteFile(path, []byte("old content, longer than the new one"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := WriteJSONFile(path, map[string]string{"publicKey": "p"}, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(b) != "{\"publicKey\":\"p\"}\n" {
+		t.Fatalf("file = %q", b)
+	}
+	if fi, err := os.Stat(path); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("mode = %v, %v; want 0600", fi.Mode(), err)
+	}
+	if err := WriteJSONFile(path, func() {}, 0o600); err == nil {
+		t.Fatal("a value JSON cannot encode was written")
+	}
+	if b2, _ := os.ReadFile(path); string(b2) != string(b) {
+		t.Fatalf("a failed write changed the file to %q", b2)
+	}
+}
