@@ -22,6 +22,11 @@ const (
 	DefaultMaxConns = 64
 	// DefaultBodyBudget is the LAN server's budget of body bytes in flight.
 	DefaultBodyBudget = 16 << 20
+	// DefaultRotationsPerSecond and DefaultRotationBurst bound POST /v1/rotate across all
+	// callers: a peer's rotation arrives once per rotation (retried on 429), and each call costs
+	// a store transaction and two signature checks.
+	DefaultRotationsPerSecond = 2
+	DefaultRotationBurst      = 10
 	// refusalLogEvery is how often refused requests are logged: one line with the count since
 	// the last, not one per request.
 	refusalLogEvery = time.Minute

@@ -3,6 +3,7 @@ package lan_test
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"log/slog"
@@ -229,5 +230,55 @@ func TestLANRefusalLogIsRateLimited(t *testing.T) {
 	answer(t, c, br)
 	if !strings.Contains(w.log.String(), "count=100") {
 		t.Fatalf("no summary with the count:\n%s", w.log.String())
+	}
+}
+
+// countingApplier counts the rotation records it is given and refuses them all.
+type countingApplier struct{ calls atomic.Int64 }
+
+func (a *countingApplier) ApplyRotation(context.Context, []byte) (bool, error) {
+	a.calls.Add(1)
+	return false, fmt.Errorf("%w: not a peer", lan.ErrRotationRefused)
+}
+
+// POST /v1/rotate has no hop to check before the body: past its rate it answers 429 with
+// Retry-After, before reading the body and without reaching the store, until the rate allows again.
+func TestRotateRateLimited(t *testing.T) {
+	w := newLAN(t, lan.ServerOptions{RotationsPerSecond: 1, RotationBurst: 3})
+	a := &countingApplier{}
+	w.srv.HandleRotations(a)
+	post := func() (int, string) {
+		resp, err := http.Post("http://"+w.addr+lan.PathLANRotate, "application/json",
+			strings.NewReader(`{"rotation":{"rec":{}}}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode, resp.Header.Get("Retry-After")
+	}
+	for i := range 3 {
+		if code, _ := post(); code != http.StatusConflict {
+			t.Fatalf("call %d within the burst = %d, want 409 from the applier", i+1, code)
+		}
+	}
+	for i := range 5 {
+		if code, ra := post(); code != http.StatusTooManyRequests || ra == "" {
+			t.Fatalf("call %d past the burst = %d (Retry-After %q), want 429 with Retry-After", i+1, code, ra)
+		}
+	}
+	if n := a.calls.Load(); n != 3 {
+		t.Fatalf("the applier saw %d records, want the 3 within the burst", n)
+	}
+	w.clock.Advance(2 * time.Second) // two more tokens
+	for i := range 2 {
+		if code, _ := post(); code != http.StatusConflict {
+			t.Fatalf("call %d after 2 s = %d, want 409 from the applier", i+1, code)
+		}
+	}
+	if code, _ := post(); code != http.StatusTooManyRequests {
+		t.Fatalf("third call after 2 s = %d, want 429", code)
+	}
+	if n := a.calls.Load(); n != 5 {
+		t.Fatalf("the applier saw %d records, want 5", n)
 	}
 }

@@ -9,6 +9,8 @@ import (
 	"net/http"
 	"time"
 
+	"golang.org/x/time/rate"
+
 	"github.com/agentmbx/agentmbx/internal/bodylimit"
 	"github.com/agentmbx/agentmbx/internal/logkey"
 	"github.com/agentmbx/agentmbx/mbx"
@@ -45,6 +47,11 @@ type ServerOptions struct {
 	// BodyBudget caps the body bytes in flight across requests (Handler); past it requests get
 	// 503 before their body is read. Default DefaultBodyBudget.
 	BodyBudget int64
+	// RotationsPerSecond and RotationBurst bound POST /v1/rotate, which has no hop to check
+	// first: past them it answers 429 before reading the body. Defaults
+	// DefaultRotationsPerSecond and DefaultRotationBurst.
+	RotationsPerSecond float64
+	RotationBurst      int
 }
 
 // Server is a host's LAN server: the mux the routes are on (pairing registers its own there too).
@@ -54,6 +61,7 @@ type Server struct {
 	mux     *http.ServeMux
 	budget  *bodylimit.Budget
 	refused *refusals
+	rotate  *rate.Limiter // POST /v1/rotate, across all callers
 }
 
 // NewServer returns the LAN server of h.
@@ -70,8 +78,15 @@ func NewServer(h Host, opt ServerOptions) *Server {
 	if opt.BodyBudget <= 0 {
 		opt.BodyBudget = DefaultBodyBudget
 	}
+	if opt.RotationsPerSecond <= 0 {
+		opt.RotationsPerSecond = DefaultRotationsPerSecond
+	}
+	if opt.RotationBurst <= 0 {
+		opt.RotationBurst = DefaultRotationBurst
+	}
 	s := &Server{h: h, opt: opt, mux: http.NewServeMux(), budget: bodylimit.NewBudget(opt.BodyBudget),
-		refused: &refusals{log: opt.Logger, clock: opt.Clock}}
+		refused: &refusals{log: opt.Logger, clock: opt.Clock},
+		rotate:  rate.NewLimiter(rate.Limit(opt.RotationsPerSecond), opt.RotationBurst)}
 	s.mux.HandleFunc("POST "+mbx.PathLANEnvelopes, s.handleEnvelopes)
 	s.mux.HandleFunc("POST "+mbx.PathLANEnvelopesV1, s.handleEnvelopes)
 	s.mux.HandleFunc("POST "+mbx.PathLANReceipts, s.handleReceipts)
