@@ -35,6 +35,9 @@ type Options struct {
 	// MaxGroup caps how many concurrent units one commit carries. 1 commits every unit on its
 	// own (the benchmark's baseline). Default 512.
 	MaxGroup int
+	// MaxGroupItems closes a group to further units once its units have queued this many items
+	// (the unit that crosses it still runs whole). Default DefaultMaxGroupItems.
+	MaxGroupItems int
 	// Rand is the source of new epochs. Default crypto/rand.
 	Rand io.Reader
 	// Logger receives state changes (migrations, epoch rotation). Default: discard.
@@ -63,6 +66,9 @@ func (o *Options) withDefaults() Options {
 	}
 	if d.MaxGroup <= 0 {
 		d.MaxGroup = 512
+	}
+	if d.MaxGroupItems <= 0 {
+		d.MaxGroupItems = DefaultMaxGroupItems
 	}
 	if d.Rand == nil {
 		d.Rand = rand.Reader
@@ -170,7 +176,7 @@ func Open(ctx context.Context, dir string, opts *Options) (*Store, error) {
 		conn.Close()
 		return nil, fmt.Errorf("sqlitestore: open %s: %w", dir, err)
 	}
-	s.w = newWriter(conn, o.MaxGroup, s.ec)
+	s.w = newWriter(conn, o.MaxGroup, o.MaxGroupItems, s.ec)
 	go s.w.run()
 	ok = true
 	return s, nil

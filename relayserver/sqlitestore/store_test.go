@@ -3,6 +3,7 @@ package sqlitestore
 import (
 	"context"
 	"errors"
+	"fmt"
 	"path/filepath"
 	"slices"
 	"testing"
@@ -239,5 +240,57 @@ func TestUnitFailingAfterWriteLeavesTheGroupIntact(t *testing.T) {
 	}
 	if len(sizes) != 1 || sizes[0] != 5 {
 		t.Errorf("commit group sizes = %v, want one commit of 5 units", sizes)
+	}
+}
+
+// A group takes no further unit once its units have queued MaxGroupItems items; the unit that
+// crosses the cap still runs whole, and the units left over form the next groups.
+func TestGroupClosesAtMaxGroupItems(t *testing.T) {
+	s, err := Open(ctx, t.TempDir(), &Options{LockWait: 200 * time.Millisecond, MaxGroupItems: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	var sizes []int
+	s.w.beforeCommit = func(n int) error { sizes = append(sizes, n); return nil }
+	release := make(chan struct{})
+	w := writerOf(s)
+	first := w.Hold(t, release) // one item
+	const units = 6
+	errs := make([]chan error, units)
+	for i := range units {
+		errs[i] = make(chan error, 1)
+		go func() {
+			errs[i] <- s.Update(ctx, func(tx relayserver.Tx) error {
+				for j := range 2 {
+					id := fmt.Sprintf("u%d-%d", i, j)
+					if _, err := tx.InsertItem(item(key(9), key(1), id, id, 1)); err != nil {
+						return err
+					}
+				}
+				return nil
+			})
+		}()
+		w.WaitQueued(t, i+1)
+	}
+	close(release)
+	if err := <-first; err != nil {
+		t.Fatal(err)
+	}
+	for i := range units {
+		if err := <-errs[i]; err != nil {
+			t.Fatalf("unit %d: %v", i, err)
+		}
+	}
+	// 1+2+2 crosses 4 after the third unit, then 2+2 twice.
+	if !slices.Equal(sizes, []int{3, 2, 2}) {
+		t.Errorf("commit group sizes = %v, want [3 2 2]", sizes)
+	}
+	p, err := s.Pull(ctx, key(9), 0, 100, 1<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(p.Items) != 1+2*units {
+		t.Errorf("queued %d items, want %d", len(p.Items), 1+2*units)
 	}
 }

@@ -31,6 +31,8 @@ type tx struct {
 	// ec is the enrolment cache of the readers, which holds committed enrolments only: the writer
 	// takes from it while this transaction has not written the enrolments table.
 	ec *enrolCache
+	// inserted counts the items InsertItem queued in this transaction (the writer's group cap).
+	inserted int
 }
 
 var bg = context.Background()
@@ -385,6 +387,7 @@ func (t *tx) InsertItem(it relayserver.Item) (int64, error) {
 	}
 	t.setSeq(it.Target, seq+1)
 	t.addUsage(it.Target, it.Sender, 1, n)
+	t.inserted++
 	return seq, nil
 }
 
