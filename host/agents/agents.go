@@ -64,17 +64,7 @@ func Ensure(tx *bbolt.Tx, name string, now time.Time, createdBy string) error {
 
 // List lists the agents in name order.
 func List(tx *bbolt.Tx) ([]Record, error) {
-	var out []Record
-	b := tx.Bucket(Bucket)
-	err := b.ForEach(func(k, _ []byte) error {
-		var a Record
-		if _, err := boltjson.Get(b, k, &a); err != nil {
-			return err
-		}
-		out = append(out, a)
-		return nil
-	})
-	return out, err
+	return boltjson.All[Record](tx.Bucket(Bucket))
 }
 
 // Add registers a, or sets the role of the registered agent (an empty role leaves it as it

@@ -210,17 +210,7 @@ func ByKey(tx *bbolt.Tx, key string) (Record, error) {
 
 // List lists the pinned peers, by name.
 func List(tx *bbolt.Tx) ([]Record, error) {
-	var out []Record
-	b := tx.Bucket(Bucket)
-	err := b.ForEach(func(k, _ []byte) error {
-		var p Record
-		if _, err := boltjson.Get(b, k, &p); err != nil {
-			return err
-		}
-		out = append(out, p)
-		return nil
-	})
-	return out, err
+	return boltjson.All[Record](tx.Bucket(Bucket))
 }
 
 // Remove unpins host (api.ErrNotFound when it is not pinned).

@@ -31,3 +31,17 @@ func Put(b *bbolt.Bucket, key []byte, v any) error {
 	}
 	return b.Put(key, raw)
 }
+
+// All decodes every value of b, in key order.
+func All[T any](b *bbolt.Bucket) ([]T, error) {
+	var out []T
+	err := b.ForEach(func(k, _ []byte) error {
+		var v T
+		if _, err := Get(b, k, &v); err != nil {
+			return err
+		}
+		out = append(out, v)
+		return nil
+	})
+	return out, err
+}
