@@ -268,6 +268,7 @@ func (h *Host) record(ctx context.Context, host string, rows []outbox.Row, out [
 				}
 			})
 		}
+		var accepted []outbox.Row
 		for i, r := range rows {
 			o := out[i]
 			var err error
@@ -324,9 +325,22 @@ func (h *Host) record(ctx context.Context, host string, rows []outbox.Row, out [
 			case outbox.OutcomeRejected:
 				h.log.Warn("outbox row rejected", logkey.Row, row.Key().String(), logkey.Transport, tr.String(), logkey.Reason, o.Err, logkey.Retry, o.Retryable)
 			case outbox.OutcomeRelayAccepted:
+				accepted = append(accepted, row)
 				h.log.Debug("outbox row accepted by the relay", logkey.Row, row.Key().String(), logkey.Seq, row.Seq, logkey.Epoch, row.Epoch)
 			case outbox.OutcomeFailed:
 				h.log.Debug("outbox attempt failed", logkey.Row, row.Key().String(), logkey.Attempts, row.Attempts, logkey.NextAt, row.NextAt, logkey.Err, o.Err)
+			}
+		}
+		// An answer from before an epoch change the host has learned since: those rows go
+		// out again (relaylink.StaleAcceptsTx).
+		if len(accepted) > 0 {
+			n, err := h.relay.StaleAcceptsTx(tx, accepted)
+			if err != nil {
+				return err
+			}
+			if n > 0 {
+				h.log.Warn("relay accepted rows in an epoch it has left since: sending them again", logkey.Peer, host, logkey.Repush, n)
+				tx.OnCommit(h.kickOutbox)
 			}
 		}
 		return nil

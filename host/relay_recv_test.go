@@ -343,6 +343,98 @@ func TestRelayEpochChange(t *testing.T) {
 	}
 }
 
+// pushUnrecorded pushes th's due rows to host through the relay and returns them with their
+// outcomes, unrecorded: the state between a relay's answer and the transaction that records it.
+func (th *testHost) pushUnrecorded(host string) ([]outbox.Row, []outbox.Outcome) {
+	th.t.Helper()
+	due, err := th.ob.Due(context.Background(), 0)
+	if err != nil {
+		th.t.Fatal(err)
+	}
+	var rows []outbox.Row
+	for _, r := range due {
+		if r.Host == host {
+			rows = append(rows, r)
+		}
+	}
+	c := th.relay.Usable()
+	if len(rows) == 0 || c == nil {
+		th.t.Fatalf("%s: %d rows due to %s, relay usable %v", th.name, len(rows), host, c != nil)
+	}
+	out := th.relay.Pusher(c).Send(context.Background(), outbox.Peer{}, rows)
+	for i, o := range out {
+		if o.Kind != outbox.OutcomeRelayAccepted {
+			th.t.Fatalf("%s: push of %s: %v %v", th.name, rows[i].Key(), o.Kind, o.Err)
+		}
+	}
+	return rows, out
+}
+
+// TestRelayAcceptRecordedAfterEpochChange: the relay accepts a push, loses it in a restore from
+// nothing (a new epoch), and the host learns the new epoch before it records the push's answer
+// (the soak's lost message). The row is recorded relay-accepted in the old epoch and flagged
+// for a re-push at once, so the message still arrives; a receipt recorded the same way is
+// queued again.
+func TestRelayAcceptRecordedAfterEpochChange(t *testing.T) {
+	a, b, r := relayPair(t, mbx.Limits{})
+	ctx := context.Background()
+	m := a.send("alice", []string{"bob@beta"}, "m", "accepted, then wiped before it was recorded")
+	rows, out := a.pushUnrecorded("beta")
+	oldEpoch := r.epoch()
+	r.wipe()
+	a.clock.Advance(time.Minute)
+	a.keep() // alpha learns the new epoch; m's row is still pending, nothing to flag
+	if a.row(m.ID, "beta").State != outbox.StatePending {
+		t.Fatalf("m's row before the record: %+v", a.row(m.ID, "beta"))
+	}
+	if !a.Host.record(ctx, "beta", rows, out, outbox.TransportRelay) {
+		t.Fatal("record failed")
+	}
+	row := a.row(m.ID, "beta")
+	if row.State != outbox.StateRelayAccepted || row.Epoch != oldEpoch || !row.Repush {
+		t.Fatalf("m's row recorded in the old epoch %s: %s in %s, repush %v", oldEpoch, row.State, row.Epoch, row.Repush)
+	}
+	b.keep()
+	flow(t, a, b)
+	if a.rowState(m.ID, "beta") != outbox.StateDone || b.copies("bob", m.ID) != 1 {
+		t.Fatalf("m after the wipe: row %s, %d copies", a.rowState(m.ID, "beta"), b.copies("bob", m.ID))
+	}
+
+	// The receipt side: beta's receipt for m2 is accepted, the epoch changes (the relay kept
+	// m2, so alpha never re-pushes it and beta never pulls it again), then beta records it.
+	m2 := a.send("alice", []string{"bob@beta"}, "m2", "its receipt is recorded late")
+	a.passOnce()
+	if n := b.pull(); n != 1 {
+		t.Fatalf("beta pulled %d", n)
+	}
+	receipts := func() (active int) {
+		list, err := b.ob.List(ctx, outbox.Filter{Host: "alpha", Active: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, x := range list {
+			if x.Kind == outbox.KindReceipt && x.MsgID == m2.ID && x.State.Active() {
+				active++
+			}
+		}
+		return active
+	}
+	rows, out = b.pushUnrecorded("alpha")
+	r.rotateEpoch()
+	b.clock.Advance(time.Minute)
+	b.keep()
+	if !b.Host.record(ctx, "alpha", rows, out, outbox.TransportRelay) {
+		t.Fatal("record failed")
+	}
+	if n := receipts(); n != 1 {
+		t.Fatalf("receipts of m2 queued again after a late record: %d, want 1", n)
+	}
+	flow(t, a, b)
+	if a.rowState(m2.ID, "beta") != outbox.StateDone || b.copies("bob", m2.ID) != 1 {
+		t.Fatalf("m2: row %s, %d copies", a.rowState(m2.ID, "beta"), b.copies("bob", m2.ID))
+	}
+}
+
 // TestRelayPublications: the enc-key ad is republished daily and the sender allowlist when the
 // peers change; a refused publication is a reported problem, not a success.
 func TestRelayPublications(t *testing.T) {

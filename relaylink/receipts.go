@@ -50,3 +50,57 @@ func (l *Link) resendLostReceiptsTx(tx *bbolt.Tx, relay, epoch string, retention
 	}
 	return n, nil
 }
+
+// Acceptances recorded late (docs/design.md: Epochs, restarts and restores).
+//
+// An epoch change flags every relay-accepted row of another epoch for a re-push, and queues again
+// the receipts accepted in another epoch, in one transaction. A push answered by the relay before
+// a restore can be recorded after that transaction: the pacer and the record take time, and the
+// receiver may learn the new epoch meanwhile. Recorded as it came, such a row would wait in the
+// old epoch for a receipt the restored relay cannot bring, and nothing would flag it again (found
+// by the soak: a message relay-accepted once, never delivered). So the transaction that records
+// acceptances ends with StaleAcceptsTx, which keeps the rule: no row rests relay-accepted, and no
+// receipt rests done, in an epoch other than the one the relay record holds.
+
+// StaleAcceptsTx checks the rows just recorded as relay-accepted in tx (recorded, as the outbox
+// returned them) against the epoch in the relay record. Those accepted by the pinned relay in
+// another epoch are treated as an epoch change treats them: a message row is flagged for a
+// re-push, a receipt is queued again. It returns how many rows it flagged or queued (the caller
+// wakes the outbox when it is not 0).
+func (l *Link) StaleAcceptsTx(tx *bbolt.Tx, recorded []outbox.Row) (int, error) {
+	s, err := LoadTx(tx)
+	if err != nil || s == nil || s.Epoch == "" {
+		return 0, err
+	}
+	n, repush := 0, false
+	type msgFrom struct{ msg, origin string }
+	seen := map[msgFrom]bool{}
+	for _, r := range recorded {
+		if r.Transport != outbox.TransportRelay || r.Relay != s.URL || r.Epoch == s.Epoch {
+			continue
+		}
+		switch {
+		case r.Kind == outbox.KindReceipt && r.State == outbox.StateDone:
+			k := msgFrom{r.MsgID, r.Host}
+			if seen[k] {
+				continue
+			}
+			seen[k] = true
+			m, err := l.host.ResendReceipts(tx, r.MsgID, r.Host)
+			if err != nil {
+				return n, err
+			}
+			n += m
+		case r.State == outbox.StateRelayAccepted && !r.Repush:
+			repush = true
+		}
+	}
+	if repush {
+		m, err := l.ob.In(tx).RepushRelay(s.URL, s.Epoch)
+		if err != nil {
+			return n, err
+		}
+		n += m
+	}
+	return n, nil
+}
