@@ -20,5 +20,6 @@
 // grow; an item keeps its seq; a page is in seq order).
 //
 // go test ./sim runs SIM_SEEDS seeds (default 200, 10 under -race) from SIM_SEED_BASE; SIM_SEED=N
-// replays one.
+// replays one. Every third seed runs against a relay that announces max_batch 2, so that a host's
+// send takes several pushes whose answers can straddle a crash or a restore (BatchFor).
 package sim

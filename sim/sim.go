@@ -26,6 +26,21 @@ type Config struct {
 	// StuckAfter is how long (real time) the driver waits for a running task to park or end
 	// before it declares the run stuck (default 2 min).
 	StuckAfter time.Duration
+	// MaxBatch is the max_batch the relay announces (0: mbx.DefaultMaxBatch). A small one splits
+	// a host's send into several pushes, whose answers can straddle a crash or a restore.
+	MaxBatch int
+}
+
+// SmallBatch is the MaxBatch of every third seed in TestSim (seed % 3 == 1).
+const SmallBatch = 2
+
+// BatchFor is the MaxBatch TestSim runs seed with: SmallBatch for every third seed, else the
+// relay's default.
+func BatchFor(seed uint64) int {
+	if seed%3 == 1 {
+		return SmallBatch
+	}
+	return 0
 }
 
 func (c *Config) defaults() {

@@ -14,13 +14,17 @@ import (
 
 // regressions are seeds that found a bug (fixed since): each runs in every test run.
 var regressions = []struct {
-	seed uint64
-	bug  string
-	open string // the bug is not fixed yet: why (the seed is skipped)
+	seed     uint64
+	maxBatch int // Config.MaxBatch
+	bug      string
+	open     string // the bug is not fixed yet: why (the seed is skipped)
 }{
-	{174, "a delivery receipt the relay accepted after the backup was lost by the restore, and the message was acked before it: the sender's re-push after the epoch change is a duplicate its target never sees again, so the row waits relay-accepted for retention + 24 h and then alerts \"unconfirmed\" for a delivered message; fixed in relaylink (receipts.go: resend the receipts accepted under another epoch)",
+	{174, 0, "a delivery receipt the relay accepted after the backup was lost by the restore, and the message was acked before it: the sender's re-push after the epoch change is a duplicate its target never sees again, so the row waits relay-accepted for retention + 24 h and then alerts \"unconfirmed\" for a delivered message; fixed in relaylink (receipts.go: resend the receipts accepted under another epoch)",
 		""},
-	{59, "the same loss of a receipt by the restore, another schedule", ""},
+	{59, 0, "the same loss of a receipt by the restore, another schedule", ""},
+	{71, SmallBatch, "a send split into several pushes: the relay accepted the first, then was restored (a new epoch) before the last answered; the host had flagged its relay-accepted rows for a re-push by then, and recorded the first push's rows afterwards, relay-accepted in the old epoch, so they were never pushed again and never arrived; fixed in host and relaylink (receipts.go: StaleAcceptsTx). Found by the soak first",
+		""},
+	{169, SmallBatch, "the same late record of an old epoch's acceptance, another schedule", ""},
 }
 
 func envUint(t *testing.T, name string, def uint64) uint64 {
@@ -36,24 +40,41 @@ func envUint(t *testing.T, name string, def uint64) uint64 {
 	return n
 }
 
+// replay is the command that runs cfg again with its trace.
+func replay(cfg Config) string {
+	cmd := fmt.Sprintf("SIM_SEED=%d go test ./sim -run 'TestSim$' -v", cfg.Seed)
+	if cfg.MaxBatch != BatchFor(cfg.Seed) {
+		cmd = fmt.Sprintf("SIM_MAX_BATCH=%d %s", cfg.MaxBatch, cmd)
+	}
+	return cmd
+}
+
 // runSeed runs one seed and reports a failure with everything needed to replay it.
 func runSeed(t *testing.T, cfg Config) Result {
 	t.Helper()
 	res, err := Run(cfg, t.TempDir())
 	if err != nil || !res.OK() {
-		t.Errorf("sim: seed %d failed (replay: SIM_SEED=%d go test ./sim -run 'TestSim$' -v)\nerror: %v\nproblems:\n  %s\ntally: %+v\nstats: %+v\ntrace tail:\n  %s",
-			cfg.Seed, cfg.Seed, err, summarize(res.Problems), res.Tally, res.Stats, strings.Join(res.Tail, "\n  "))
+		t.Errorf("sim: seed %d failed (replay: %s)\nerror: %v\nproblems:\n  %s\ntally: %+v\nstats: %+v\ntrace tail:\n  %s",
+			cfg.Seed, replay(cfg), err, summarize(res.Problems), res.Tally, res.Stats, strings.Join(res.Tail, "\n  "))
 	}
 	return res
 }
 
 // TestSim runs SIM_SEEDS seeds (default 200; 10 under -race or -short) from SIM_SEED_BASE
 // (default 1), or the one seed SIM_SEED with its trace (-v). SIM_MESSAGES and SIM_EVENTS size
-// each run.
+// each run. Every third seed runs with a small max_batch (BatchFor); SIM_MAX_BATCH sets it for
+// every seed instead.
 func TestSim(t *testing.T) {
 	cfg := Config{Messages: int(envUint(t, "SIM_MESSAGES", 12)), Events: int(envUint(t, "SIM_EVENTS", 400))}
+	batch := func(seed uint64) int {
+		if os.Getenv("SIM_MAX_BATCH") != "" {
+			return int(envUint(t, "SIM_MAX_BATCH", 0))
+		}
+		return BatchFor(seed)
+	}
 	if s := os.Getenv("SIM_SEED"); s != "" {
 		cfg.Seed = envUint(t, "SIM_SEED", 0)
+		cfg.MaxBatch = batch(cfg.Seed)
 		if testing.Verbose() {
 			cfg.Trace = os.Stdout
 		}
@@ -82,14 +103,15 @@ func TestSim(t *testing.T) {
 				}
 				c := cfg
 				c.Seed = base + uint64(i)
+				c.MaxBatch = batch(c.Seed)
 				res, err := Run(c, t.TempDir())
 				msgs.Add(int64(res.Stats.Messages))
 				s := res.Stats
 				faults.Add(int64(s.LostRequests + s.LostAnswers + s.Duplicated + s.HostCrashes + s.RelayCrashes + s.Restores))
 				if err != nil || !res.OK() {
 					failed.Store(c.Seed, true)
-					t.Errorf("sim: seed %d failed (replay: SIM_SEED=%d go test ./sim -run 'TestSim$' -v)\nerror: %v\nproblems:\n  %s\ntally: %+v\nstats: %+v\ntrace tail:\n  %s",
-						c.Seed, c.Seed, err, summarize(res.Problems), res.Tally, res.Stats, strings.Join(res.Tail, "\n  "))
+					t.Errorf("sim: seed %d failed (replay: %s)\nerror: %v\nproblems:\n  %s\ntally: %+v\nstats: %+v\ntrace tail:\n  %s",
+						c.Seed, replay(c), err, summarize(res.Problems), res.Tally, res.Stats, strings.Join(res.Tail, "\n  "))
 				}
 			}
 		}()
@@ -113,7 +135,7 @@ func TestSimRegressions(t *testing.T) {
 			if r.open != "" {
 				t.Skipf("not fixed yet: %s", r.open)
 			}
-			runSeed(t, Config{Seed: r.seed})
+			runSeed(t, Config{Seed: r.seed, MaxBatch: r.maxBatch})
 		})
 	}
 }

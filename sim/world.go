@@ -219,6 +219,9 @@ func (w *world) startRelay() error {
 	// waits on the real clock, which the simulation does not drive.
 	lim := mbx.DefaultLimits()
 	lim.PushesPerMinute = 1 << 30
+	if w.cfg.MaxBatch > 0 {
+		lim.MaxBatch = w.cfg.MaxBatch
+	}
 	srv, err := relayserver.New(ctx, st, relayserver.Options{Key: r.key, Version: "sim", Clock: w.clock.Now, Limits: lim,
 		Rand: w.rnd("relay", r.life), Logger: w.log, EnrolCallsPerMinute: -1, PushesPerMinute: -1,
 		NewEnrolmentsPerDay: -1, MaxWait: -1})

@@ -60,7 +60,8 @@ func replicaStores(t *testing.T, n int) []*Store {
 // committed after a higher one was pulled ends below the ack point), items seen twice or at
 // another seq than their push was told, and seqs out of order. A failed push fails the test,
 // unless brokenStore: a deliberately broken store may deadlock in PostgreSQL (40P01) under load,
-// and its refused push is then logged and left out (it was never accepted, so never expected).
+// and its refused push is then logged and left out (it was never accepted, so never expected);
+// a refused ack is logged too.
 func orderStress(t *testing.T, stores []relayserver.Store, pushers, perPusher int, brokenStore bool) (problems []string, pulled int) {
 	tgt := storetest.Key(1)
 	if err := stores[0].Update(ctx, func(tx relayserver.Tx) error {
@@ -121,10 +122,17 @@ func orderStress(t *testing.T, stores []relayserver.Store, pushers, perPusher in
 			order = append(order, it.Seq)
 		}
 		last := p.Items[len(p.Items)-1].Seq
-		if err := stores[len(order)%len(stores)].Update(ctx, func(tx relayserver.Tx) error {
+		err = stores[len(order)%len(stores)].Update(ctx, func(tx relayserver.Tx) error {
 			_, err := tx.Ack(tgt, last)
 			return err
-		}); err != nil {
+		})
+		switch {
+		case err != nil && brokenStore && isDeadlock(err):
+			// The broken store's pushes take locks out of order, so an ack can lose a
+			// deadlock to them. The puller pulls after its own position, which moves on: the
+			// lost item this test looks for is one that ends below it.
+			t.Logf("ack through %d in the broken store: %v (the puller moves on)", last, err)
+		case err != nil:
 			t.Fatal(err)
 		}
 		acked = last
