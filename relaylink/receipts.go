@@ -29,14 +29,23 @@ func (l *Link) resendLostReceiptsTx(tx *bbolt.Tx, relay, epoch string, retention
 		return 0, err
 	}
 	since := l.clock().Add(-retention - outbox.DefaultGrace)
+	var lost []outbox.Row
+	for _, r := range rows {
+		if r.Kind == outbox.KindReceipt && r.State == outbox.StateDone && r.Transport == outbox.TransportRelay &&
+			r.Relay == relay && (epoch == "" || r.Epoch != epoch) && !r.EndedAt.Before(since) {
+			lost = append(lost, r)
+		}
+	}
+	return l.resendReceiptsTx(tx, lost)
+}
+
+// resendReceiptsTx queues again in tx the current receipts of the messages the receipt rows name,
+// once per message and origin, and returns how many it queued.
+func (l *Link) resendReceiptsTx(tx *bbolt.Tx, receipts []outbox.Row) (int, error) {
 	type msgFrom struct{ msg, origin string }
 	seen := map[msgFrom]bool{}
 	n := 0
-	for _, r := range rows {
-		if r.Kind != outbox.KindReceipt || r.State != outbox.StateDone || r.Transport != outbox.TransportRelay ||
-			r.Relay != relay || (epoch != "" && r.Epoch == epoch) || r.EndedAt.Before(since) {
-			continue
-		}
+	for _, r := range receipts {
 		k := msgFrom{r.MsgID, r.Host}
 		if seen[k] {
 			continue
@@ -72,35 +81,23 @@ func (l *Link) StaleAcceptsTx(tx *bbolt.Tx, recorded []outbox.Row) (int, error) 
 	if err != nil || s == nil || s.Epoch == "" {
 		return 0, err
 	}
-	n, repush := 0, false
-	type msgFrom struct{ msg, origin string }
-	seen := map[msgFrom]bool{}
+	var receipts []outbox.Row
+	repush := false
 	for _, r := range recorded {
 		if r.Transport != outbox.TransportRelay || r.Relay != s.URL || r.Epoch == s.Epoch {
 			continue
 		}
 		switch {
 		case r.Kind == outbox.KindReceipt && r.State == outbox.StateDone:
-			k := msgFrom{r.MsgID, r.Host}
-			if seen[k] {
-				continue
-			}
-			seen[k] = true
-			m, err := l.host.ResendReceipts(tx, r.MsgID, r.Host)
-			if err != nil {
-				return n, err
-			}
-			n += m
+			receipts = append(receipts, r)
 		case r.State == outbox.StateRelayAccepted && !r.Repush:
 			repush = true
 		}
 	}
-	if repush {
-		m, err := l.ob.In(tx).RepushRelay(s.URL, s.Epoch)
-		if err != nil {
-			return n, err
-		}
-		n += m
+	n, err := l.resendReceiptsTx(tx, receipts)
+	if err != nil || !repush {
+		return n, err
 	}
-	return n, nil
+	m, err := l.ob.In(tx).RepushRelay(s.URL, s.Epoch)
+	return n + m, err
 }
