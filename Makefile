@@ -12,7 +12,7 @@ LDFLAGS := -X $(VERSION_PKG).stamped=$(GIT_DESC) -X $(VERSION_PKG).stampedRev=$(
 build:
 	$(GO) build -ldflags "$(LDFLAGS)" -o bin/agentmbx ./cmd/agentmbx
 
-# The whole thing working, in one command: a relay and two hosts on this machine (see README).
+# The whole thing working, in one command: a relay and two hosts on this machine (see README "Two commands").
 demo: build
 	./bin/agentmbx demo
 
@@ -65,7 +65,7 @@ abuse:
 	@out=$$(MBX_ABUSE=1 $(GO) test -count=1 -v -run '^TestAbuse' ./relayserver/ ./lan/ 2>&1); st=$$?; \
 	echo "$$out" | grep -E 'abuse:|^(---|ok|FAIL)|Error'; exit $$st
 
-# The real-process soak (package soak, README "Soak"): a relay and three hosts as child processes
+# The real-process soak (package soak, docs/development.md "Soak"): a relay and three hosts as child processes
 # under seeded traffic and faults; ends with one `soak: seed=...` line. Size and seed from
 # SOAK_SEED, SOAK_MESSAGES, SOAK_RELAY_KILLS, SOAK_HOST_KILLS (see soak/soak_test.go).
 soak:

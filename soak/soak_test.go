@@ -22,7 +22,7 @@ import (
 	"github.com/agentmbx/agentmbx/internal/demo"
 )
 
-// config is one soak run, from the environment (see README, make soak).
+// config is one soak run, from the environment (see docs/development.md "Soak", make soak).
 type config struct {
 	seed       uint64
 	messages   int
