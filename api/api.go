@@ -36,7 +36,8 @@
 // The outbox routes (retry and pages; outbox.go) are served for a service that also implements
 // OutboxService.
 // The mail routes (threads, search, replies, inbox pages, waiting for new mail; see mail.go) are
-// served for a service that also implements MailService. The relay routes are served for a
+// served for a service that also implements MailService, the event stream (events.go) for one
+// that implements EventService. The relay routes are served for a
 // service that also implements RelayService, the pairing
 // routes when the daemon has a PairingService. An error's Code is one of the Code constants; each
 // maps to one sentinel (ErrNotFound, ...) and one HTTP status (errors.go). Package host/control

@@ -237,3 +237,37 @@ func crashChild() {
 	os.Stdout.Sync()
 	select {}
 }
+
+// The daemon streams its deliveries to a subscriber over the control socket: mail from another
+// host is an event once it is committed, and the stream ends when the daemon stops.
+func TestDaemonStreamsDeliveries(t *testing.T) {
+	a, b := startDaemon(t, "alpha"), startDaemon(t, "beta")
+	if err := a.h.PinPeer(b.record(t)); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.h.PinPeer(a.record(t)); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	events, err := dialDaemon(t, b.home).MailEvents(ctx, "bob")
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := dialDaemon(t, a.home).Send(ctx, api.SendRequest{From: "alice", To: []string{"bob@beta", "carol@beta"}, Body: "hi"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case ev := <-events:
+		if ev != (api.MailEvent{Agent: "bob", ID: res.ID, Thread: res.ID, From: "alice@alpha"}) {
+			t.Errorf("event %+v", ev)
+		}
+	case <-ctx.Done():
+		t.Fatal("no event for bob's mail")
+	}
+	b.stop(t)
+	for ev := range events {
+		t.Errorf("event %+v: carol's copy is not bob's, and none came after", ev)
+	}
+}

@@ -20,6 +20,7 @@ type Service interface {
 	api.OutboxService
 	api.RelayService
 	api.CardIssuer
+	api.EventService
 }
 
 // Service is this host's Service on its store: the mail from the host's mail store (package

@@ -29,7 +29,8 @@ const (
 // error's Hint method, if any). A host daemon serves it on its socket.
 //
 // The pairing routes are served when pairing is not nil, the relay routes when svc also
-// implements api.RelayService, and GET /v1/card when it implements api.CardIssuer.
+// implements api.RelayService, GET /v1/card when it implements api.CardIssuer and GET
+// /v1/events when it implements api.EventService.
 func NewHandler(svc api.Service, pairing api.PairingService) http.Handler {
 	h := &handler{svc: svc, pair: pairing}
 	h.coder, _ = svc.(api.ErrorCoder)
@@ -67,6 +68,7 @@ var routes = map[string]map[string]route{
 	"/v1/search":       {http.MethodGet: (*handler).search},
 	"/v1/reply":        {http.MethodPost: (*handler).reply},
 	"/v1/agents/known": {http.MethodGet: (*handler).knownAgents},
+	"/v1/events":       {http.MethodGet: (*handler).events},
 
 	"/v1/pair":         {http.MethodGet: (*handler).pairStatus},
 	"/v1/pair/start":   {http.MethodPost: (*handler).pairStart},
@@ -100,6 +102,9 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			code = h.coder.ErrorCode(err)
 		}
 		writeError(w, err, code)
+		return
+	}
+	if _, ok := res.(streamed); ok {
 		return
 	}
 	if raw, ok := res.(json.RawMessage); ok {

@@ -32,5 +32,8 @@
 // shortest list holds and stops after a page.
 //
 // Wait and WaitNew take the notifier's channel before they look at the store, and DeliverTx
-// closes it when its transaction commits, so a delivery in between still wakes them.
+// closes it when its transaction commits, so a delivery in between still wakes them. The same
+// commit hands one api.MailEvent per new copy to the subscribers of MailEvents (the daemon's
+// event stream, GET /v1/events), without waiting for a slow one: it loses events and is told how
+// many.
 package mailstore

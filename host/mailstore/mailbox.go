@@ -15,7 +15,8 @@ import (
 // DeliverTx stores msg (once) and puts a copy in each agent's mailbox in state delivered,
 // registering agents on first use (Host.EnsureAgentTx). For mail from another host (msg.Origin)
 // it queues the delivered receipt of each copy. Agents that already hold the message are
-// skipped. When tx commits with a new copy in it, Wait and WaitNew wake.
+// skipped. When tx commits with a new copy in it, Wait and WaitNew wake and MailEvents reports
+// each new copy.
 func (s *Store) DeliverTx(tx *bbolt.Tx, msg *Message, agents []string, now time.Time) error {
 	mb := tx.Bucket(bucketMessages)
 	if mb.Get([]byte(msg.ID)) == nil {
@@ -30,7 +31,7 @@ func (s *Store) DeliverTx(tx *bbolt.Tx, msg *Message, agents []string, now time.
 		}
 	}
 	box, unread := tx.Bucket(bucketMbox), tx.Bucket(bucketUnread)
-	added := false
+	var added []api.MailEvent
 	for _, a := range agents {
 		k := key(a, msg.ID)
 		if box.Get(k) != nil {
@@ -62,10 +63,13 @@ func (s *Store) DeliverTx(tx *bbolt.Tx, msg *Message, agents []string, now time.
 		if err := putAgentTx(tx, a, msg.ID); err != nil {
 			return err
 		}
-		added = true
+		added = append(added, api.MailEvent{Agent: a, ID: msg.ID, Thread: threadOf(msg), From: msg.From})
 	}
-	if added {
-		tx.OnCommit(s.mail.notify)
+	if len(added) > 0 {
+		tx.OnCommit(func() {
+			s.mail.notify()
+			s.events.publish(added)
+		})
 	}
 	return nil
 }

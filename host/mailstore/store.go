@@ -92,11 +92,12 @@ type Config struct {
 
 // Store is the agents' mail in the host's bbolt file. Its methods are safe for concurrent use.
 type Store struct {
-	db    *bbolt.DB
-	name  string
-	clock func() time.Time
-	host  Host
-	mail  notifier // wakes Wait and WaitNew when a copy is delivered
+	db     *bbolt.DB
+	name   string
+	clock  func() time.Time
+	host   Host
+	mail   notifier // wakes Wait and WaitNew when a copy is delivered
+	events hub      // feeds MailEvents
 }
 
 // New returns the mail store of cfg.DB.
@@ -109,9 +110,13 @@ func New(cfg Config) *Store {
 	return s
 }
 
-// Close ends the waits in progress (Wait and WaitNew return api.ErrClosed) and refuses new ones. The
-// bbolt file is the host's to close.
-func (s *Store) Close() { s.mail.close() }
+// Close ends the waits in progress (Wait and WaitNew return api.ErrClosed) and the event
+// subscriptions (their channels close), and refuses new ones. The bbolt file is the host's to
+// close.
+func (s *Store) Close() {
+	s.mail.close()
+	s.events.close()
+}
 
 // MessageTx reads message id.
 func MessageTx(tx *bbolt.Tx, id string) (Message, bool, error) {
