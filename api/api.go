@@ -126,6 +126,10 @@ type Message struct {
 	Agent      string   `json:"agent"` // the local recipient this copy belongs to
 	State      string   `json:"state"` // delivered, notified, read, acked
 	Note       string   `json:"note,omitempty"`
+	// Deliveries is how many times this copy was put in the agent's mailbox: 1, as the dedup of
+	// received mail keeps it; more would be a re-delivery (the test oracles look for one). 0 for
+	// a copy delivered before the host counted, and for mail the agent sent and holds no copy of.
+	Deliveries int `json:"deliveries,omitempty"`
 }
 
 // ReadRequest names one message in an agent's mailbox.

@@ -119,6 +119,9 @@ func (h *Host) commitEnvelopeTx(tx *bbolt.Tx, in *incoming) (string, error) {
 	if err != nil {
 		return "", err
 	}
+	if mailstore.SkipDedup() {
+		found = false // the oracles' self-tests: a repeat goes on as if it were new
+	}
 	if found {
 		if seen.Host == in.Peer.Host {
 			return mbx.StatusDuplicate, nil
@@ -127,7 +130,7 @@ func (h *Host) commitEnvelopeTx(tx *bbolt.Tx, in *incoming) (string, error) {
 	}
 	if prior, found, err := mailstore.MessageTx(tx, id); err != nil {
 		return "", err
-	} else if found {
+	} else if found && !mailstore.SkipDedup() {
 		if prior.Origin == in.Peer.Host {
 			return mbx.StatusDuplicate, nil // its dedup mark was pruned, the message is still here
 		}

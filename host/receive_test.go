@@ -9,6 +9,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentmbx/agentmbx/api"
+	"github.com/agentmbx/agentmbx/host/mailstore"
+	"github.com/agentmbx/agentmbx/internal/failpoint"
 	"github.com/agentmbx/agentmbx/internal/testkit"
 	"github.com/agentmbx/agentmbx/mbx"
 )
@@ -122,3 +125,37 @@ func TestDedupOutlivesSeenRetention(t *testing.T) {
 type fixedID string
 
 func (f fixedID) New(time.Time) string { return string(f) }
+
+// A repeat of a received envelope is a duplicate and leaves the copy as it was (delivered once,
+// read stays read); with the failpoint that turns the dedup off, the same repeat is stored again
+// and shows as a second delivery of a copy gone back to unread: what the oracles of the
+// simulation, the soak and the demo count.
+func TestRepeatCountsOneDeliveryUnlessDedupIsSkipped(t *testing.T) {
+	clock := newClock()
+	a, b := newTestHost(t, "alpha", clock), newTestHost(t, "beta", clock)
+	pairAll(t, a, b)
+	ctx := context.Background()
+	w := sealedFor(t, a, "alice", []string{"bob@beta"}, b)
+	if st, err := b.receiveEnvelope(ctx, "alpha", w, true); st != mbx.StatusAccepted {
+		t.Fatalf("first = %q, %v", st, err)
+	}
+	env, _ := mbx.ParseEnvelope(w)
+	if _, err := b.Service().Read(ctx, api.ReadRequest{Agent: "bob", ID: env.ID}); err != nil {
+		t.Fatal(err)
+	}
+	if st, _ := b.receiveEnvelope(ctx, "alpha", w, true); st != mbx.StatusDuplicate {
+		t.Fatalf("repeat = %q, want duplicate", st)
+	}
+	if got := b.inbox("bob", true); len(got) != 1 || got[0].Deliveries != 1 || got[0].State != "read" {
+		t.Fatalf("after a repeat: %+v, want one copy delivered once, read", got)
+	}
+	restore := failpoint.Enable(mailstore.FailSkipDedup, failpoint.Error)
+	st, err := b.receiveEnvelope(ctx, "alpha", w, true)
+	restore()
+	if st != mbx.StatusAccepted {
+		t.Fatalf("repeat past the dedup = %q, %v; want accepted", st, err)
+	}
+	if got := b.inbox("bob", true); len(got) != 1 || got[0].Deliveries != 2 || got[0].State != "notified" {
+		t.Fatalf("after a repeat past the dedup: %+v, want one copy delivered twice, back to unread", got)
+	}
+}

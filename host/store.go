@@ -23,6 +23,7 @@ import (
 //	messages  msg id → the plaintext message (mail received, sent here, and alerts)
 //	mbox      agent ‖ msg id → {state, at, note, seq, origin}: one local recipient's copy
 //	unread    agent ‖ msg id → "": the copies not yet read (delivered, notified)
+//	deliveries agent ‖ msg id → be64: how many times the copy was put in the mailbox (1)
 //	sent      msg id → where a message sent here went: local agents, hosts, name@host per host
 //	rstate    msg id ‖ recipient → the last accepted delivery receipt {host, state, seq, at, note}
 //	seen      msg id → {host, at}: received ids, for dedup (kept SeenRetention, 60 days)
@@ -31,7 +32,7 @@ import (
 //	          built when a schema 1 store is opened
 //	relay     "state" → the pinned relay and what this host knows of it (package relaylink)
 //
-// messages, mbox, unread and the indexes are package host/mailstore's (mailstore.Buckets). And
+// messages, mbox, unread, deliveries and the indexes are package host/mailstore's (mailstore.Buckets). And
 // the buckets of the packages that share the file: outbox (rows, wire bytes and their
 // indexes), quarantine (relay items this host refused) and inbox (relay-positions: the receive
 // checkpoint per relay).

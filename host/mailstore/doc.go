@@ -21,9 +21,10 @@
 // # Layout
 //
 // Buckets lists the store's buckets: messages (id → Message JSON), mbox (agent ‖ id → Copy JSON),
-// unread (agent ‖ id: the copies delivered or notified) and the indexes (IndexBuckets): the
-// words of each message, its thread, the mail each agent holds or sent, the copies still in
-// state delivered, and the agents of other hosts this host has heard of. Keys are k1 ‖ 0x00 ‖ k2
+// unread (agent ‖ id: the copies delivered or notified), deliveries (agent ‖ id → be64: how many
+// times the copy was put in the mailbox, 1 unless a repeat got past the dedup) and the indexes
+// (IndexBuckets): the words of each message, its thread, the mail each agent holds or sent, the
+// copies still in state delivered, and the agents of other hosts this host has heard of. Keys are k1 ‖ 0x00 ‖ k2
 // (names and ids hold no NUL); index values are empty. Nothing is pruned: messages are not
 // deleted.
 //

@@ -156,7 +156,7 @@ func (s *Store) showPage(agent string, pick func(tx *bbolt.Tx) ([]string, int)) 
 				return err
 			}
 			changed = changed || ch
-			page.Messages = append(page.Messages, msg.api(agent, e))
+			page.Messages = append(page.Messages, msg.apiTx(tx, agent, e))
 		}
 		return nil
 	})

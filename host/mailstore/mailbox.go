@@ -13,9 +13,10 @@ import (
 )
 
 // DeliverTx stores msg (once) and puts a copy in each agent's mailbox in state delivered,
-// registering agents on first use (Host.EnsureAgentTx). For mail from another host (msg.Origin)
-// it queues the delivered receipt of each copy. Agents that already hold the message are
-// skipped. When tx commits with a new copy in it, Wait and WaitNew wake and MailEvents reports
+// registering agents on first use (Host.EnsureAgentTx), and counts the delivery of each copy
+// (DeliveriesTx). For mail from another host (msg.Origin) it queues the delivered receipt of each
+// copy. Agents that already hold the message are skipped (unless the failpoint FailSkipDedup is
+// enabled). When tx commits with a new copy in it, Wait and WaitNew wake and MailEvents reports
 // each new copy.
 func (s *Store) DeliverTx(tx *bbolt.Tx, msg *Message, agents []string, now time.Time) error {
 	mb := tx.Bucket(bucketMessages)
@@ -34,7 +35,7 @@ func (s *Store) DeliverTx(tx *bbolt.Tx, msg *Message, agents []string, now time.
 	var added []api.MailEvent
 	for _, a := range agents {
 		k := key(a, msg.ID)
-		if box.Get(k) != nil {
+		if box.Get(k) != nil && !SkipDedup() {
 			continue
 		}
 		createdBy := ""
@@ -55,6 +56,9 @@ func (s *Store) DeliverTx(tx *bbolt.Tx, msg *Message, agents []string, now time.
 			return err
 		}
 		if err := unread.Put(k, nil); err != nil {
+			return err
+		}
+		if err := countDeliveryTx(tx, k); err != nil {
 			return err
 		}
 		if err := tx.Bucket(bucketFresh).Put(k, nil); err != nil {
@@ -169,7 +173,7 @@ func (s *Store) listAndNotify(agent string, all bool) ([]api.Message, error) {
 				}
 				changed = true
 			}
-			out = append(out, msgs[i].api(agent, e))
+			out = append(out, msgs[i].apiTx(tx, agent, e))
 		}
 		return nil
 	})
@@ -222,7 +226,7 @@ func (s *Store) mark(ctx context.Context, op, agent, id string, state mbx.Receip
 	changed := false
 	err := s.db.Update(func(tx *bbolt.Tx) error {
 		msg, e, ch, err := s.advanceTx(tx, agent, id, state, note, s.clock())
-		out, changed = msg.api(agent, e), ch
+		out, changed = msg.apiTx(tx, agent, e), ch
 		return err
 	})
 	if err != nil {

@@ -87,7 +87,7 @@ func (s *Store) viewTx(tx *bbolt.Tx, agent, id string) (api.Message, error) {
 	}
 	if agent != "" {
 		if e, found, err := CopyTx(tx, agent, id); err != nil || found {
-			return m.api(agent, e), err
+			return m.apiTx(tx, agent, e), err
 		}
 	}
 	v := m.api(agent, Copy{})

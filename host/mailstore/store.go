@@ -20,10 +20,14 @@ var (
 	bucketMessages = []byte("messages") // msg id → Message JSON
 	bucketMbox     = []byte("mbox")     // agent ‖ msg id → Copy JSON
 	bucketUnread   = []byte("unread")   // agent ‖ msg id → "": copies delivered or notified
+	// bucketDeliveries counts the times each copy was put in its mailbox (agent ‖ msg id → be64):
+	// 1, unless a repeat got past the receiver's dedup. Stores older than the count lack entries
+	// for the copies they held (read as 0).
+	bucketDeliveries = []byte("deliveries")
 
-	// Buckets are the store's buckets in the host's bbolt file: messages, mbox, unread and the
-	// indexes (IndexBuckets). The host creates them when it opens the file.
-	Buckets = append([][]byte{bucketMessages, bucketMbox, bucketUnread}, IndexBuckets...)
+	// Buckets are the store's buckets in the host's bbolt file: messages, mbox, unread,
+	// deliveries and the indexes (IndexBuckets). The host creates them when it opens the file.
+	Buckets = append([][]byte{bucketMessages, bucketMbox, bucketUnread, bucketDeliveries}, IndexBuckets...)
 )
 
 // Message is a messages bucket value: the plaintext of a message some local agent holds (mail
@@ -53,6 +57,13 @@ type Copy struct {
 	// another host only; 0 otherwise).
 	Seq    int64  `json:"seq,omitempty"`
 	Origin string `json:"origin,omitempty"`
+}
+
+// apiTx is agent's copy c of m as the control socket shows it, with the copy's delivery count.
+func (m *Message) apiTx(tx *bbolt.Tx, agent string, c Copy) api.Message {
+	v := m.api(agent, c)
+	v.Deliveries = DeliveriesTx(tx, agent, m.ID)
+	return v
 }
 
 func (m *Message) api(agent string, c Copy) api.Message {
