@@ -104,22 +104,82 @@ type InfoCaller struct {
 	Pubkey       string `json:"pubkey"`
 	HeadSeq      int64  `json:"head_seq"`
 	AckedThrough int64  `json:"acked_through"`
-	// EncAd summarises the enc-key ad the relay holds for the caller, in the 0.5.x shape; null
+	// EncAd summarises the enc-key ads the relay holds for the caller, in the 0.5.x shape; null
 	// when it holds none.
 	EncAd *InfoEncAd `json:"enc_ad"`
+	// EncAdServed reports, on a decoded answer, whether the relay said anything about the ads
+	// (enc_ad present, null included): relays older than 0.5.5 leave it out, and then nothing
+	// can be concluded from its absence. Never sent.
+	EncAdServed bool `json:"-"`
 	// Account is the account an authority proved at the caller's enrolment (an account token);
 	// absent for a host-key enrolment. An addition of this implementation.
 	Account string `json:"account,omitempty"`
 }
 
-// InfoEncAd is you.enc_ad of GET /v2/relay/info, as 0.5.x serves and reads it: the enc key the
-// relay holds for the caller, the expiry of the v2 ad that names it (null when only a v1 ad was
-// published), and whether a v1 ad (for v1 clients' lookups by name) is held too. A 0.5.x client
-// republishes both ads at start unless enc_pub is its key, exp is set and v1 is true.
+// UnmarshalJSON decodes the you block and notes whether enc_ad was served (EncAdServed).
+func (c *InfoCaller) UnmarshalJSON(b []byte) error {
+	type plain InfoCaller
+	var p plain
+	if err := json.Unmarshal(b, &p); err != nil {
+		return err
+	}
+	var probe struct {
+		EncAd json.RawMessage `json:"enc_ad"`
+	}
+	if err := json.Unmarshal(b, &probe); err != nil {
+		return err
+	}
+	p.EncAdServed = probe.EncAd != nil
+	*c = InfoCaller(p)
+	return nil
+}
+
+// InfoEncAd is you.enc_ad of GET /v2/relay/info, exactly as 0.5.x serves and reads it
+// (docs/protocol.md): EncPub is the enc key named by the caller's v2 ad and Exp that ad's
+// expiry (both null when the relay holds no v2 ad); V1 is the enc key named by the caller's v1
+// ad (null when it holds none). V1 is a key, not a flag: a 0.5.x client compares it with its own
+// enc key and republishes its v1 ad when they differ.
 type InfoEncAd struct {
-	EncPub string  `json:"enc_pub"`
+	EncPub *string `json:"enc_pub"`
 	Exp    *string `json:"exp"`
-	V1     bool    `json:"v1"`
+	V1     *string `json:"v1"`
+}
+
+// UnmarshalJSON reads each field as a string or null. The summary is advisory (a client that
+// cannot read it republishes on its own schedule), so a value of another type reads as null
+// rather than failing the whole info answer: agentmbx relays before this fix served v1 as a
+// boolean.
+func (a *InfoEncAd) UnmarshalJSON(b []byte) error {
+	var raw struct {
+		EncPub json.RawMessage `json:"enc_pub"`
+		Exp    json.RawMessage `json:"exp"`
+		V1     json.RawMessage `json:"v1"`
+	}
+	*a = InfoEncAd{}
+	if json.Unmarshal(b, &raw) != nil {
+		return nil
+	}
+	a.EncPub, a.Exp, a.V1 = optString(raw.EncPub), optString(raw.Exp), optString(raw.V1)
+	return nil
+}
+
+// optString is a JSON string's value, or nil for null, absence or any other type.
+func optString(raw json.RawMessage) *string {
+	var s string
+	if len(raw) == 0 || raw[0] != '"' || json.Unmarshal(raw, &s) != nil {
+		return nil
+	}
+	return &s
+}
+
+// Holds reports whether the summary says the relay holds a current v2 ad naming encPub at now:
+// enc_pub is encPub and exp is a time after now.
+func (a *InfoEncAd) Holds(encPub string, now time.Time) bool {
+	if a == nil || a.EncPub == nil || *a.EncPub != encPub || a.Exp == nil {
+		return false
+	}
+	exp, err := ParseISOTime(*a.Exp)
+	return err == nil && exp.After(now)
 }
 
 // PullItem is one item of GET /v2/relay/items.

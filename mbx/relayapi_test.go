@@ -130,3 +130,48 @@ func TestReasonErrors(t *testing.T) {
 		t.Errorf("text: got %q", got)
 	}
 }
+
+func TestInfoCallerEncAdReadings(t *testing.T) {
+	const key = "AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA="
+	now := time.Date(2026, 3, 14, 9, 0, 0, 0, time.UTC)
+	for _, c := range []struct {
+		name, you    string
+		served, held bool
+		encPub, v1   string // "" for null
+	}{
+		{"absent (relay older than 0.5.5)", `{"host":"a","pubkey":"k","head_seq":0,"acked_through":0}`, false, false, "", ""},
+		{"null: no ad held", `{"host":"a","pubkey":"k","head_seq":0,"acked_through":0,"enc_ad":null}`, true, false, "", ""},
+		{"v1 ad only", `{"host":"a","pubkey":"k","head_seq":0,"acked_through":0,"enc_ad":{"enc_pub":null,"exp":null,"v1":"` + key + `"}}`, true, false, "", key},
+		{"v2 ad only", `{"host":"a","pubkey":"k","head_seq":0,"acked_through":0,"enc_ad":{"enc_pub":"` + key + `","exp":"2026-04-13T09:00:00.000Z","v1":null}}`, true, true, key, ""},
+		{"both", `{"host":"a","pubkey":"k","head_seq":0,"acked_through":0,"enc_ad":{"enc_pub":"` + key + `","exp":"2026-04-13T09:00:00.000Z","v1":"` + key + `"}}`, true, true, key, key},
+		{"expired v2 ad", `{"host":"a","pubkey":"k","head_seq":0,"acked_through":0,"enc_ad":{"enc_pub":"` + key + `","exp":"2026-03-14T08:59:59.999Z","v1":null}}`, true, false, key, ""},
+		{"v1 as a boolean (agentmbx relays before the fix)", `{"host":"a","pubkey":"k","head_seq":0,"acked_through":0,"enc_ad":{"enc_pub":"` + key + `","exp":"2026-04-13T09:00:00.000Z","v1":true}}`, true, true, key, ""},
+		{"enc_ad of a wrong type", `{"host":"a","pubkey":"k","head_seq":0,"acked_through":0,"enc_ad":"yes"}`, true, false, "", ""},
+	} {
+		var y InfoCaller
+		if err := json.Unmarshal([]byte(c.you), &y); err != nil {
+			t.Errorf("%s: %v", c.name, err)
+			continue
+		}
+		str := func(p *string) string {
+			if p == nil {
+				return ""
+			}
+			return *p
+		}
+		var encPub, v1 string
+		if y.EncAd != nil {
+			encPub, v1 = str(y.EncAd.EncPub), str(y.EncAd.V1)
+		}
+		if y.EncAdServed != c.served || y.EncAd.Holds(key, now) != c.held || encPub != c.encPub || v1 != c.v1 {
+			t.Errorf("%s: served %v held %v enc_pub %q v1 %q, want %v %v %q %q", c.name,
+				y.EncAdServed, y.EncAd.Holds(key, now), encPub, v1, c.served, c.held, c.encPub, c.v1)
+		}
+	}
+	// What we serve: null pointers are JSON null, in 0.5.x's field order.
+	k := key
+	b, err := json.Marshal(InfoEncAd{V1: &k})
+	if want := `{"enc_pub":null,"exp":null,"v1":"` + key + `"}`; err != nil || string(b) != want {
+		t.Errorf("marshal = %s %v, want %s", b, err, want)
+	}
+}

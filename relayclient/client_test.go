@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
 	"net/http"
 	"strings"
 	"testing"
@@ -122,6 +123,29 @@ func TestInfoSignedAndKeyChangeStopsEverything(t *testing.T) {
 	}
 	if f.count() != n {
 		t.Fatalf("a stopped client sent %d requests", f.count()-n)
+	}
+}
+
+// TestInfoReadsZeroFiveEncAd: a 0.5.x relay serves you.enc_ad.v1 as the v1 ad's enc key (a
+// string); reading it as anything else failed every signed info (issue 26).
+func TestInfoReadsZeroFiveEncAd(t *testing.T) {
+	f := newFake(t)
+	enc := encKeyFor(t, 1).PublicKey()
+	f.handle("GET /v2/relay/info", func(w http.ResponseWriter, r *http.Request, _ []byte) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, `{"v":2,"relay_pubkey":"`+f.relayKey.PublicKey()+`","epoch":"ep-1","version":"0.5.11",`+
+			`"limits":{"max_item_bytes":524288,"max_batch":200,"max_pull":500,"max_pull_bytes":8388608,"max_targets":64,`+
+			`"retention_days":14,"max_queue_items":10000,"max_queue_bytes":52428800,"max_sender_items":2000,`+
+			`"max_sender_bytes":20971520,"max_owner_items":10000,"max_owner_bytes":52428800},`+
+			`"you":{"host":"alpha","pubkey":"`+f.hostKey.PublicKey()+`","head_seq":0,"acked_through":0,`+
+			`"enc_ad":{"enc_pub":null,"exp":null,"v1":"`+enc+`"}}}`)
+	})
+	info, err := f.client(t).Info(bg)
+	if err != nil {
+		t.Fatalf("info with a v1 ad held: %v", err)
+	}
+	if y := info.You; y == nil || !y.EncAdServed || y.EncAd == nil || y.EncAd.V1 == nil || *y.EncAd.V1 != enc || y.EncAd.EncPub != nil || y.EncAd.Holds(enc, t0) {
+		t.Fatalf("you = %+v, want enc_ad {enc_pub:null, exp:null, v1:%s}, not held", info.You, enc)
 	}
 }
 

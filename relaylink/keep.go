@@ -195,11 +195,13 @@ func (k Keeper) Run(ctx context.Context, force bool) (ran Ran, err error) {
 	return ran, errors.Join(errs...)
 }
 
-// adDue reports whether the enc-key ad must be published (again).
+// adDue reports whether the enc-key ad must be published (again): when forced, when the cache
+// names another epoch or key, when the relay's info says it holds no current v2 ad naming this
+// host's enc key (only a relay older than 0.5.5 says nothing), and every mbx.EncAdRefresh.
 func (k Keeper) adDue(p Published, info mbx.InfoResponse, republish bool, now time.Time) bool {
 	ad := p.EncAd
 	if republish || ad == nil || ad.Epoch != info.Epoch || ad.EncPub != k.EncPub ||
-		(info.You != nil && (info.You.EncAd == nil || info.You.EncAd.EncPub != k.EncPub || info.You.EncAd.Exp == nil)) {
+		(info.You != nil && info.You.EncAdServed && !info.You.EncAd.Holds(k.EncPub, now)) {
 		return true
 	}
 	at, err := mbx.ParseISOTime(ad.At)

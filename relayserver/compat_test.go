@@ -1,11 +1,15 @@
 package relayserver_test
 
 import (
+	"bytes"
 	"encoding/json"
 	"net/http"
-	"slices"
+	"os"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/agentmbx/agentmbx/internal/version"
 	"github.com/agentmbx/agentmbx/mbx"
@@ -26,91 +30,146 @@ func jsObject(t *testing.T, b []byte) map[string]any {
 	return m
 }
 
-func keysOf(m map[string]any) []string {
-	var out []string
-	for k := range m {
-		out = append(out, k)
+// zeroFiveEncAd is the 0.5.x client's start-up reading of you.enc_ad (its ensureEncAd): served is
+// the decoded value (nil for null). It reports whether the client sees drift (and republishes
+// both ads), and fails where the client would throw: it passes every non-null v1 to its
+// fingerprint function, which takes a key string.
+func zeroFiveEncAd(t *testing.T, served any, mine string, now time.Time) (drift bool) {
+	t.Helper()
+	if served == nil {
+		return true
 	}
-	slices.Sort(out)
-	return out
-}
-
-// encAdCurrent is the 0.5.x client's start-up test of you.enc_ad: the relay holds this host's enc
-// key in a v2 ad (exp set) and a v1 ad too; otherwise it republishes both.
-func encAdCurrent(you map[string]any, encPub string) bool {
-	ad, _ := you["enc_ad"].(map[string]any)
-	if ad == nil {
-		return false
+	ad, ok := served.(map[string]any)
+	if !ok {
+		t.Fatalf("enc_ad %#v is neither null nor an object", served)
+	}
+	if v1 := ad["v1"]; v1 != nil {
+		if _, ok := v1.(string); !ok {
+			t.Fatalf("enc_ad.v1 = %#v: a 0.5.x client calls fingerprint() on it and throws (it must be a key string or null)", v1)
+		}
 	}
 	exp, _ := ad["exp"].(string)
-	v1, _ := ad["v1"].(bool)
-	return ad["enc_pub"] == encPub && exp != "" && v1
+	expAt, err := mbx.ParseISOTime(exp)
+	return ad["enc_pub"] != mine || ad["v1"] != mine || exp == "" || err != nil || !expAt.After(now)
 }
 
+// encAdFixture is testdata/info_enc_ad/<name>.json with the placeholders filled in, compacted.
+func encAdFixture(t *testing.T, name, encPub, exp string) []byte {
+	t.Helper()
+	raw, err := os.ReadFile(filepath.Join("testdata", "info_enc_ad", name+".json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw = bytes.ReplaceAll(bytes.ReplaceAll(raw, []byte("ENC_PUB"), []byte(encPub)), []byte(`"EXP"`), []byte(strconv.Quote(exp)))
+	var buf bytes.Buffer
+	if err := json.Compact(&buf, raw); err != nil {
+		t.Fatalf("fixture %s: %v", name, err)
+	}
+	return buf.Bytes()
+}
+
+// TestInfoEncAdShapeAsZeroFiveReadsIt pins you.enc_ad byte for byte to the fixtures written from
+// docs/protocol.md, through the sequence a 0.5.x host goes through (no ad, its v1 ad, its v2 ad)
+// and for a host that publishes only the v2 ad (ours), and reads each answer as the 0.5.x
+// client does.
 func TestInfoEncAdShapeAsZeroFiveReadsIt(t *testing.T) {
 	r := newRelay(t, nil)
-	a := newHost(t, "alpha", 1)
+	a, g := newHost(t, "alpha", 1), newHost(t, "gamma", 3)
 	r.enrol(a)
+	r.enrol(g)
 	ek, err := mbx.EncKeyFromPrivate(mbx.B64(make([]byte, 32)))
 	if err != nil {
 		t.Fatal(err)
 	}
-	you := func() map[string]any {
+	mine := ek.PublicKey()
+	// served returns you.enc_ad as raw bytes (absent is an error) and decoded.
+	served := func(h *host) ([]byte, any) {
 		t.Helper()
-		code, b := r.call(&a, "GET", "/v2/relay/info", nil)
+		code, b := r.call(h, "GET", "/v2/relay/info", nil)
 		if code != 200 {
 			t.Fatalf("info = %d %s", code, b)
 		}
-		y, _ := jsObject(t, b)["you"].(map[string]any)
-		if y == nil {
+		var doc struct {
+			You map[string]json.RawMessage `json:"you"`
+		}
+		if err := json.Unmarshal(b, &doc); err != nil || doc.You == nil {
 			t.Fatalf("no you block for an enrolled caller: %s", b)
 		}
-		return y
+		raw, ok := doc.You["enc_ad"]
+		if !ok {
+			t.Fatalf("you.enc_ad absent: %s", b)
+		}
+		var v any
+		if err := json.Unmarshal(raw, &v); err != nil {
+			t.Fatal(err)
+		}
+		return raw, v
+	}
+	check := func(h *host, fixture, exp string, wantDrift bool) {
+		t.Helper()
+		raw, v := served(h)
+		if want := encAdFixture(t, fixture, mine, exp); !bytes.Equal(raw, want) {
+			t.Errorf("%s: you.enc_ad = %s, want %s (testdata/info_enc_ad/%s.json)", h.name, raw, want, fixture)
+		}
+		if got := zeroFiveEncAd(t, v, mine, r.clock.Now()); got != wantDrift {
+			t.Errorf("%s, %s: a 0.5.x client sees drift %v, want %v", h.name, fixture, got, wantDrift)
+		}
+	}
+	publishV2 := func(h host) string {
+		t.Helper()
+		ad, sig, err := mbx.SignEncAdV2(h.name, h.key, mine, r.clock.Now(), 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pub, err := ad.Publish(sig)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if code, out := r.call(&h, "POST", "/v2/relay/enc-key", mustJSON(t, pub)); code != 200 {
+			t.Fatalf("publish v2 = %d %s", code, out)
+		}
+		return ad.Exp
+	}
+	publishV1 := func(h host) {
+		t.Helper()
+		_, v1sig, err := mbx.SignEncAdV1(h.name, h.key, mine)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if code, out := r.call(&h, "POST", "/v1/relay/enc-key", mustJSON(t, mbx.EncAdPublishV1{EncPub: mine, Sig: v1sig})); code != 200 {
+			t.Fatalf("publish v1 = %d %s", code, out)
+		}
 	}
 
-	y := you()
-	if v, ok := y["enc_ad"]; !ok || v != nil {
-		t.Fatalf("before any ad: enc_ad = %#v (present %v), want null", v, ok)
-	}
-	if encAdCurrent(y, ek.PublicKey()) {
-		t.Fatal("a client would take a missing ad as current")
-	}
+	check(&a, "none", "", true)
+	// A 0.5.x host's first session publishes the v2 ad, then the v1 ad. A v1 ad alone (a
+	// 0.5.3-era host, or a v2 publish that failed) reads as a key, enc_pub null.
+	publishV1(a)
+	check(&a, "v1", "", true)
+	exp := publishV2(a)
+	// Its second and third sessions find both: no drift, nothing republished.
+	check(&a, "both", exp, false)
+	check(&a, "both", exp, false)
+	// Our hosts publish the v2 ad only.
+	expG := publishV2(g)
+	check(&g, "v2", expG, true)
 
-	ad, sig, err := mbx.SignEncAdV2("alpha", a.key, ek.PublicKey(), r.clock.Now(), 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pub, err := ad.Publish(sig)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if code, out := r.call(&a, "POST", "/v2/relay/enc-key", mustJSON(t, pub)); code != 200 {
-		t.Fatalf("publish v2 = %d %s", code, out)
-	}
-	got, _ := you()["enc_ad"].(map[string]any)
-	if want := []string{"enc_pub", "exp", "v1"}; !slices.Equal(keysOf(got), want) {
-		t.Fatalf("enc_ad fields %v, want exactly %v", keysOf(got), want)
-	}
-	if got["enc_pub"] != ek.PublicKey() || got["exp"] != ad.Exp || got["v1"] != false {
-		t.Fatalf("after the v2 ad: enc_ad = %v, want enc_pub %s, exp %s, v1 false", got, ek.PublicKey(), ad.Exp)
-	}
-	if encAdCurrent(you(), ek.PublicKey()) {
-		t.Fatal("without a v1 ad a 0.5.x client must republish (its v1 peers look it up by name)")
-	}
-
-	_, v1sig, err := mbx.SignEncAdV1("alpha", a.key, ek.PublicKey())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if code, out := r.call(&a, "POST", "/v1/relay/enc-key", mustJSON(t, mbx.EncAdPublishV1{EncPub: ek.PublicKey(), Sig: v1sig})); code != 200 {
-		t.Fatalf("publish v1 = %d %s", code, out)
-	}
-	if y := you(); !encAdCurrent(y, ek.PublicKey()) {
-		t.Fatalf("with both ads held a 0.5.x client would still republish: %v", y["enc_ad"])
-	}
-	other, _ := mbx.EncKeyFromPrivate(mbx.B64(append(make([]byte, 31), 9)))
-	if encAdCurrent(you(), other.PublicKey()) {
-		t.Fatal("an ad for another enc key is taken as current")
+	// Our client reads every shape, and takes only a current v2 ad naming its key as held.
+	for _, c := range []struct {
+		h    host
+		want bool
+	}{{a, true}, {g, true}} {
+		code, b := r.call(&c.h, "GET", "/v2/relay/info", nil)
+		var info mbx.InfoResponse
+		if err := json.Unmarshal(b, &info); code != 200 || err != nil || info.You == nil || !info.You.EncAdServed {
+			t.Fatalf("%s: our decoding of info: %d %v %s", c.h.name, code, err, b)
+		}
+		if got := info.You.EncAd.Holds(mine, r.clock.Now()); got != c.want {
+			t.Errorf("%s: Holds = %v, want %v", c.h.name, got, c.want)
+		}
+		if info.You.EncAd.Holds(mine, r.clock.Now().Add(mbx.EncAdTTL+time.Minute)) {
+			t.Errorf("%s: an expired ad is taken as held", c.h.name)
+		}
 	}
 }
 

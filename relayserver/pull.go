@@ -312,14 +312,29 @@ type infoLimits struct {
 	MaxWait int64 `json:"max_wait,omitempty"`
 }
 
-// infoEncAd is the 0.5.x summary of a stored ad for the you block of /v2/relay/info.
+// infoEncAd is the 0.5.x summary of a stored ad for the you block of /v2/relay/info
+// (docs/protocol.md): {enc_pub, exp} of the v2 ad (null, null without one) and v1, the enc key
+// of the v1 ad (null without one). nil (served as null) when neither is held.
 func infoEncAd(ad EncAd) *mbx.InfoEncAd {
-	out := &mbx.InfoEncAd{EncPub: ad.EncPub, V1: ad.V1Sig != ""}
-	var v2 struct {
-		Exp string `json:"exp"`
+	out := &mbx.InfoEncAd{}
+	if len(ad.Ad) > 0 {
+		var v2 struct {
+			EncPub string `json:"enc_pub"`
+			Exp    string `json:"exp"`
+		}
+		if json.Unmarshal(ad.Ad, &v2) == nil && v2.EncPub != "" {
+			out.EncPub = &v2.EncPub
+			if v2.Exp != "" {
+				out.Exp = &v2.Exp
+			}
+		}
 	}
-	if len(ad.Ad) > 0 && json.Unmarshal(ad.Ad, &v2) == nil && v2.Exp != "" {
-		out.Exp = &v2.Exp
+	if ad.V1Sig != "" && ad.EncPub != "" {
+		v1 := ad.EncPub
+		out.V1 = &v1
+	}
+	if out.EncPub == nil && out.V1 == nil {
+		return nil
 	}
 	return out
 }
