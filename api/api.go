@@ -130,7 +130,23 @@ type Message struct {
 	// received mail keeps it; more would be a re-delivery (the test oracles look for one). 0 for
 	// a copy delivered before the host counted, and for mail the agent sent and holds no copy of.
 	Deliveries int `json:"deliveries,omitempty"`
+	// Origin is the paired host the message came from ("" for mail written on this host).
+	Origin string `json:"origin,omitempty"`
+	// Via is how it reached this host: ViaLAN or ViaRelay (its signature verified by the
+	// origin's pinned key before it was stored), ViaLocal (written on this host); "" when not
+	// recorded (mail stored by a version that did not record it).
+	Via string `json:"via,omitempty"`
+	// Fingerprint is the fingerprint of the host key whose signature was verified on arrival (as
+	// `agentmbx peers` shows it), or this host's for local mail; "" when not recorded.
+	Fingerprint string `json:"fingerprint,omitempty"`
 }
+
+// How a message reached this host (Message.Via).
+const (
+	ViaLAN   = "lan"
+	ViaRelay = "relay"
+	ViaLocal = "local"
+)
 
 // ReadRequest names one message in an agent's mailbox.
 type ReadRequest struct {

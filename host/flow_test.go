@@ -36,6 +36,14 @@ func TestMailBothWays(t *testing.T) {
 	if got[0].State != "notified" {
 		t.Errorf("state after Inbox = %q, want notified", got[0].State)
 	}
+	if g := got[0]; g.Via != api.ViaLAN || g.Origin != "alpha" || g.Fingerprint != a.Key().Fingerprint() {
+		t.Errorf("arrival recorded as via %q from %q key %q, want the LAN, alpha, %s", g.Via, g.Origin, g.Fingerprint, a.Key().Fingerprint())
+	}
+	local := b.send("bea", []string{"bob"}, "here", "local mail")
+	if m, err := b.mail.Read(ctx, api.ReadRequest{ID: local.ID, Agent: "bob"}); err != nil ||
+		m.Via != api.ViaLocal || m.Origin != "" || m.Fingerprint != b.Key().Fingerprint() {
+		t.Errorf("local mail recorded as via %q from %q key %q (%v), want local, this host's key", m.Via, m.Origin, m.Fingerprint, err)
+	}
 	// bob answers
 	rep, err := b.Send(ctx, api.SendRequest{From: "bob", To: []string{"alice@alpha"}, Subject: "re: hello", Body: "thanks", ReplyTo: res.ID, Kind: "reply"})
 	if err != nil {

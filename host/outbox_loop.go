@@ -11,6 +11,7 @@ import (
 
 	"go.etcd.io/bbolt"
 
+	"github.com/agentmbx/agentmbx/api"
 	"github.com/agentmbx/agentmbx/host/mailstore"
 	"github.com/agentmbx/agentmbx/internal/logkey"
 	"github.com/agentmbx/agentmbx/mbx"
@@ -366,7 +367,7 @@ func (h *Host) alertTx(tx *bbolt.Tx, r outbox.Row) (bool, error) {
 	msg := mailstore.Message{
 		ID: id, TS: mbx.ISOTime(now), From: AgentMBX, To: []string{a.Agent + "@" + h.name},
 		Subject: a.Subject, Body: a.Body, Kind: string(mbx.KindAlert), Thread: id, ReplyTo: r.MsgID,
-		Refs: []string{r.MsgID},
+		Refs: []string{r.MsgID}, Via: api.ViaLocal, Key: h.key.Fingerprint(),
 	}
 	if err := h.mail.DeliverTx(tx, &msg, []string{a.Agent}, now); err != nil {
 		return false, err

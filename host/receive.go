@@ -59,9 +59,10 @@ func reject(reason string) error { return &rejectedError{Reason: reason} }
 // order: shape, then the sending host (sig.host and the host of from must be the peer's), then the
 // signature by the peer's pinned key (or a retired key, chosen by sig.key), then the body is
 // opened with this host's current enc key and then its retired ones. sealed requires an enc (the
-// relay path and LAN v2); LAN v1 accepts a signed plaintext envelope as 0.5.x sent it. A refusal
-// is a *rejectedError.
-func (h *Host) prepareEnvelope(peer PeerRecord, wire []byte, sealed bool) (*incoming, error) {
+// relay path and LAN v2); LAN v1 accepts a signed plaintext envelope as 0.5.x sent it. via
+// (api.ViaLAN, api.ViaRelay) and the fingerprint of the key that verified the signature are
+// stored with the message. A refusal is a *rejectedError.
+func (h *Host) prepareEnvelope(peer PeerRecord, wire []byte, sealed bool, via string) (*incoming, error) {
 	env, err := mbx.ParseEnvelope(wire)
 	if err != nil {
 		var se *mbx.ShapeError
@@ -96,7 +97,7 @@ func (h *Host) prepareEnvelope(peer PeerRecord, wire []byte, sealed bool) (*inco
 	in := &incoming{Peer: peer, Env: env, msg: mailstore.Message{
 		ID: env.ID, TS: env.TS, From: env.From, To: slices.Clone(env.To), Subject: env.Subject, Body: body,
 		Kind: string(env.Kind), Thread: env.Thread, ReplyTo: replyTo, Refs: slices.Clone(env.Refs),
-		NeedsReply: env.NeedsReply, Origin: peer.Host,
+		NeedsReply: env.NeedsReply, Origin: peer.Host, Via: via, Key: mbx.Fingerprint(key),
 	}}
 	return in, nil
 }
@@ -228,13 +229,13 @@ func (h *Host) receiveEnvelope(ctx context.Context, fromHost string, wire []byte
 	return sts[0], nil
 }
 
-// receiveBatch prepares every envelope, then commits them all in one transaction, and wakes the
-// outbox (receipts were queued) after the commit; the mail store wakes the waiters.
+// receiveBatch prepares every envelope (from the LAN), then commits them all in one transaction,
+// and wakes the outbox (receipts were queued) after the commit; the mail store wakes the waiters.
 func (h *Host) receiveBatch(peer PeerRecord, wires [][]byte, sealed bool) ([]string, error) {
 	sts := make([]string, len(wires))
 	ins := make([]*incoming, len(wires))
 	for i, w := range wires {
-		in, err := h.prepareEnvelope(peer, w, sealed)
+		in, err := h.prepareEnvelope(peer, w, sealed, api.ViaLAN)
 		if err != nil {
 			sts[i], _ = rejected(err)
 			continue

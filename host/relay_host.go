@@ -8,6 +8,7 @@ import (
 
 	"go.etcd.io/bbolt"
 
+	"github.com/agentmbx/agentmbx/api"
 	"github.com/agentmbx/agentmbx/host/mailstore"
 	"github.com/agentmbx/agentmbx/inbox"
 	"github.com/agentmbx/agentmbx/internal/failpoint"
@@ -99,7 +100,7 @@ func (rh relayHost) Envelope(tx *bbolt.Tx, it inbox.Item) (inbox.Verdict, error)
 	if !ok {
 		return inbox.Rejected(quarantine.CauseUnpaired, ReasonUnpaired), nil
 	}
-	in, err := h.prepareEnvelope(peer, it.Wire, true)
+	in, err := h.prepareEnvelope(peer, it.Wire, true, api.ViaRelay)
 	if err != nil {
 		st, _ := rejected(err)
 		reason := strings.TrimPrefix(st, mbx.StatusRejectedPrefix)

@@ -107,6 +107,9 @@ func TestRelayMailBothWays(t *testing.T) {
 	if len(got) != 1 || got[0].ID != res.ID || got[0].Body != "no LAN between us" {
 		t.Fatalf("bob's inbox = %+v", got)
 	}
+	if g := got[0]; g.Via != api.ViaRelay || g.Origin != "alpha" || g.Fingerprint != a.Key().Fingerprint() {
+		t.Errorf("arrival recorded as via %q from %q key %q, want the relay, alpha, %s", g.Via, g.Origin, g.Fingerprint, a.Key().Fingerprint())
+	}
 	// bob's inbox showed it (notified): delivered and notified receipts go back through the relay.
 	flow(t, a, b)
 	if s := a.rowState(res.ID, "beta"); s != outbox.StateDone {

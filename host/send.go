@@ -206,6 +206,7 @@ func (h *Host) Send(ctx context.Context, req api.SendRequest) (api.SendResult, e
 	msg := mailstore.Message{
 		ID: env.ID, TS: env.TS, From: env.From, To: env.To, Subject: env.Subject, Body: env.Body,
 		Kind: string(env.Kind), Thread: env.Thread, ReplyTo: replyTo, Refs: env.Refs, NeedsReply: env.NeedsReply,
+		Via: api.ViaLocal, Key: h.key.Fingerprint(),
 	}
 	rec := sentRecord{ID: env.ID, From: req.From, Subject: env.Subject, TS: env.TS, To: env.To,
 		Local: rt.local, Hosts: rt.hosts, Named: rt.named}

@@ -46,6 +46,11 @@ type Message struct {
 	NeedsReply bool     `json:"needs_reply,omitempty"`
 	// Origin is the peer host the message came from; "" for mail that started on this host.
 	Origin string `json:"origin,omitempty"`
+	// Via is how the message arrived (api.ViaLAN, api.ViaRelay, api.ViaLocal) and Key the
+	// fingerprint of the host key that signed it, verified on arrival (this host's for local
+	// mail). Both are "" in messages stored before they were recorded.
+	Via string `json:"via,omitempty"`
+	Key string `json:"key,omitempty"`
 }
 
 // Copy is a mbox bucket value: one local recipient's copy of a message and its state.
@@ -71,6 +76,7 @@ func (m *Message) api(agent string, c Copy) api.Message {
 		ID: m.ID, From: m.From, To: m.To, Subject: m.Subject, Body: m.Body, Kind: m.Kind, TS: m.TS,
 		Thread: m.Thread, ReplyTo: m.ReplyTo, NeedsReply: m.NeedsReply,
 		Agent: agent, State: c.State.String(), Note: c.Note,
+		Origin: m.Origin, Via: m.Via, Fingerprint: m.Key,
 	}
 }
 
