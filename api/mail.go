@@ -8,7 +8,7 @@ import (
 
 // The mail routes of the control socket, served when the service also implements MailService:
 //
-//	GET  /v1/inbox/page    ?agent=&all=1&since=&limit=   → InboxPage
+//	GET  /v1/inbox/page    ?agent=&all=1&since=&limit=&peek=1 → InboxPage
 //	GET  /v1/wait/new      ?agent=&timeout=30s&limit=    → InboxPage (new mail; empty on timeout)
 //	GET  /v1/thread        ?agent=&id=                   → Thread
 //	GET  /v1/search        ?agent=&q=&limit=             → SearchResult
@@ -31,7 +31,7 @@ const (
 type MailService interface {
 	// InboxPage lists the newest Limit messages of an agent's mail after Since (unread, or all),
 	// oldest first, and how many older ones it left out. The copies it shows move from
-	// delivered to notified.
+	// delivered to notified, unless Peek.
 	InboxPage(ctx context.Context, req InboxRequest) (InboxPage, error)
 	// WaitNew blocks until the agent has new mail (delivered and not yet shown by InboxPage,
 	// Inbox, Wait or WaitNew) or the timeout passes. It returns the oldest Limit new messages,
@@ -58,12 +58,15 @@ type KnownAgent struct {
 	Address string `json:"address"` // name@host
 }
 
-// InboxRequest asks for one page of an agent's mail. Limit 0 is DefaultPage.
+// InboxRequest asks for one page of an agent's mail. Limit 0 is DefaultPage. Peek lists the
+// page without moving any copy to notified (a view that is not shown to the agent, such as a
+// resource a client reads on its own).
 type InboxRequest struct {
 	Agent string `json:"agent"`
 	All   bool   `json:"all,omitempty"`
 	Since string `json:"since,omitempty"` // a message id: only mail after it
 	Limit int    `json:"limit,omitempty"`
+	Peek  bool   `json:"peek,omitempty"`
 }
 
 // WaitRequest waits for an agent's new mail. Limit 0 is DefaultPage.

@@ -21,6 +21,9 @@ func (c *Client) InboxPage(ctx context.Context, req api.InboxRequest) (api.Inbox
 	if req.Since != "" {
 		q.Set("since", req.Since)
 	}
+	if req.Peek {
+		q.Set("peek", "1")
+	}
 	setLimit(q, req.Limit)
 	return call[api.InboxPage](ctx, c, http.MethodGet, "/v1/inbox/page", q, nil)
 }

@@ -66,8 +66,8 @@ func TestMailRoutesRoundTrip(t *testing.T) {
 			t.Errorf("%s: service got %+v, want %+v", name, f.got, want)
 		}
 	}
-	p, err := c.InboxPage(ctx, api.InboxRequest{Agent: "bob", All: true, Since: "01J9", Limit: 7})
-	check("InboxPage", err, api.InboxRequest{Agent: "bob", All: true, Since: "01J9", Limit: 7})
+	p, err := c.InboxPage(ctx, api.InboxRequest{Agent: "bob", All: true, Since: "01J9", Limit: 7, Peek: true})
+	check("InboxPage", err, api.InboxRequest{Agent: "bob", All: true, Since: "01J9", Limit: 7, Peek: true})
 	if p.More != 3 || !reflect.DeepEqual(p.Messages, []api.Message{mailMsg}) {
 		t.Errorf("InboxPage = %+v", p)
 	}

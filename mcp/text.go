@@ -74,13 +74,22 @@ func preview(body string) string {
 	return string(s)
 }
 
-func itemLine(m Item) string {
-	return fmt.Sprintf("- %s from %s [%s] %s: %q %s", m.ID, line(m.From), m.State, m.Time, line(m.Subject), preview(m.Preview))
+// itemText is a listed message: its id, state and time, then its subject and the start of its
+// body inside a fence.
+func itemText(b *strings.Builder, m Item, nonce string) {
+	fmt.Fprintf(b, "- %s [%s] %s", m.ID, m.State, m.Time)
+	if m.Thread != "" && m.Thread != m.ID {
+		fmt.Fprintf(b, ", thread %s", line(m.Thread))
+	}
+	if m.NeedsReply {
+		b.WriteString(", needs a reply")
+	}
+	fmt.Fprintf(b, "\n%s\nsubject: %s\n%s\n%s\n", fenceOpen(nonce, m.From, m.Sender), line(m.Subject), preview(m.Preview), fenceClose(nonce))
 }
 
-func listingText(l Listing, what string) string {
+func listingText(l Listing, what, nonce string) (string, int) {
 	if len(l.Messages) == 0 && l.More == 0 {
-		return "no mail " + what
+		return "no mail " + what, 0
 	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "%s %s, oldest first", count(len(l.Messages), "message"), what)
@@ -89,15 +98,15 @@ func listingText(l Listing, what string) string {
 	}
 	b.WriteString(":\n")
 	for _, m := range l.Messages {
-		b.WriteString(itemLine(m) + "\n")
+		itemText(&b, m, nonce)
 	}
 	b.WriteString("Open one with mbx_read {id}.")
-	return b.String()
+	return b.String(), len(l.Messages)
 }
 
-func foundText(f Found) string {
+func foundText(f Found, nonce string) (string, int) {
 	if len(f.Messages) == 0 {
-		return fmt.Sprintf("no messages match %q", line(f.Query))
+		return fmt.Sprintf("no messages match %q", line(f.Query)), 0
 	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "%s match %q, newest first", count(len(f.Messages), "message"), line(f.Query))
@@ -106,15 +115,24 @@ func foundText(f Found) string {
 	}
 	b.WriteString(":\n")
 	for _, m := range f.Messages {
-		b.WriteString(itemLine(m) + "\n")
+		itemText(&b, m, nonce)
 	}
-	return strings.TrimSuffix(b.String(), "\n")
+	return strings.TrimSuffix(b.String(), "\n"), len(f.Messages)
 }
 
-func messageText(m Message) string {
+// bodyText is a whole message's subject and body inside a fence.
+func bodyText(b *strings.Builder, m Message, nonce string) {
+	body := block(m.Body)
+	if !strings.HasSuffix(body, "\n") {
+		body += "\n"
+	}
+	fmt.Fprintf(b, "%s\nsubject: %s\n\n%s%s", fenceOpen(nonce, m.From, m.Sender), line(m.Subject), body, fenceClose(nonce))
+}
+
+func messageText(m Message, nonce string) (string, int) {
 	var b strings.Builder
-	fmt.Fprintf(&b, "id: %s\nfrom: %s\nto: %s\nsubject: %s\nkind: %s\ntime: %s\nstate: %s\n",
-		m.ID, line(m.From), line(strings.Join(m.To, ", ")), line(m.Subject), m.Kind, m.Time, m.State)
+	fmt.Fprintf(&b, "id: %s\nto: %s\nkind: %s\ntime: %s\nstate: %s\n",
+		m.ID, line(strings.Join(m.To, ", ")), m.Kind, m.Time, m.State)
 	if m.Thread != "" && m.Thread != m.ID {
 		fmt.Fprintf(&b, "thread: %s\n", line(m.Thread))
 	}
@@ -125,22 +143,23 @@ func messageText(m Message) string {
 		b.WriteString("needs-reply: yes\n")
 	}
 	if m.Note != "" {
-		fmt.Fprintf(&b, "note: %s\n", line(m.Note))
+		fmt.Fprintf(&b, "your note: %s\n", line(m.Note))
 	}
-	fmt.Fprintf(&b, "\n%s", block(m.Body))
-	return b.String()
+	bodyText(&b, m, nonce)
+	return b.String(), 1
 }
 
-func threadText(t Thread) string {
+func threadText(t Thread, nonce string) (string, int) {
 	var b strings.Builder
 	fmt.Fprintf(&b, "thread %s: %s, oldest first", line(t.Thread), count(len(t.Messages), "message"))
 	if t.Earlier > 0 {
 		fmt.Fprintf(&b, " (%d earlier not shown)", t.Earlier)
 	}
 	for _, m := range t.Messages {
-		fmt.Fprintf(&b, "\n\n--- %s from %s [%s] %s: %q\n%s", m.ID, line(m.From), m.State, m.Time, line(m.Subject), block(m.Body))
+		fmt.Fprintf(&b, "\n\n--- %s [%s] %s\n", m.ID, m.State, m.Time)
+		bodyText(&b, m, nonce)
 	}
-	return b.String()
+	return b.String(), len(t.Messages)
 }
 
 func sentText(verb string, s Sent) string {
@@ -156,8 +175,11 @@ func sentText(verb string, s Sent) string {
 	return txt
 }
 
-func deliveryText(s api.Sent) string {
+// deliveryText is where a sent message is; a recipient's note is that recipient's words, so it
+// is fenced (keys holds the recipients' host keys).
+func deliveryText(s api.Sent, keys map[string]string, nonce string) (string, int) {
 	var b strings.Builder
+	fences := 0
 	fmt.Fprintf(&b, "%s %q from %s:", s.ID, line(s.Subject), line(s.From))
 	for _, r := range s.Recipients {
 		fmt.Fprintf(&b, "\n- %s %s", line(r.Recipient), r.State)
@@ -165,7 +187,8 @@ func deliveryText(s api.Sent) string {
 			fmt.Fprintf(&b, " at %s", line(r.At))
 		}
 		if r.Note != "" {
-			fmt.Fprintf(&b, " (note: %s)", line(r.Note))
+			fmt.Fprintf(&b, ", with a note:\n%s\n%s\n%s", noteOpen(nonce, r.Recipient, keys[r.Host]), line(r.Note), noteClose(nonce))
+			fences++
 		}
 	}
 	for _, r := range s.Rows {
@@ -174,7 +197,7 @@ func deliveryText(s api.Sent) string {
 			fmt.Fprintf(&b, ", last error: %s", line(r.LastError))
 		}
 	}
-	return b.String()
+	return b.String(), fences
 }
 
 func whoamiText(w WhoAmI) string {

@@ -64,7 +64,8 @@ type (
 
 // Tool outputs (structured content).
 type (
-	// Item is a message in a listing: a bounded one-line preview of its body.
+	// Item is a message in a listing: a bounded one-line preview of its body, and its sender
+	// as this host verified it.
 	Item struct {
 		ID         string `json:"id"`
 		From       string `json:"from"`
@@ -75,14 +76,18 @@ type (
 		Kind       string `json:"kind"`
 		Thread     string `json:"thread,omitempty"`
 		NeedsReply bool   `json:"needs_reply,omitempty"`
+		Sender
 	}
-	// Listing is mbx_inbox's and mbx_wait's answer, oldest first.
+	// Listing is mbx_inbox's and mbx_wait's answer, oldest first. Fence is the nonce of the
+	// fences in its text.
 	Listing struct {
 		Messages []Item `json:"messages"`
-		More     int    `json:"more" jsonschema:"how many matching messages were left out"`
+		More     int    `json:"more"`
 		TimedOut bool   `json:"timed_out,omitempty"`
+		Fence    string `json:"fence,omitempty"`
 	}
-	// Message is a whole message; Body is exactly as sent.
+	// Message is a whole message; Body is exactly as sent. Fence (mbx_read's answer only) is
+	// the nonce of the fence in its text.
 	Message struct {
 		ID         string   `json:"id"`
 		From       string   `json:"from"`
@@ -96,6 +101,8 @@ type (
 		NeedsReply bool     `json:"needs_reply,omitempty"`
 		State      string   `json:"state"`
 		Note       string   `json:"note,omitempty"`
+		Sender
+		Fence string `json:"fence,omitempty"`
 	}
 	// Sent is where a new message went.
 	Sent struct {
@@ -116,12 +123,14 @@ type (
 		Thread   string    `json:"thread"`
 		Messages []Message `json:"messages"`
 		Earlier  int       `json:"earlier,omitempty"`
+		Fence    string    `json:"fence,omitempty"`
 	}
 	// Found is mbx_search's answer, newest first.
 	Found struct {
 		Query    string `json:"query"`
 		Messages []Item `json:"messages"`
 		More     bool   `json:"more"`
+		Fence    string `json:"fence,omitempty"`
 	}
 	// WhoAmI describes the agent, its host, the daemon and the relay.
 	WhoAmI struct {
@@ -332,20 +341,31 @@ func sentOf(r api.SendResult, queued bool) Sent {
 }
 
 func (t *tools) inbox(ctx context.Context, _ *sdk.CallToolRequest, in inboxIn) (*sdk.CallToolResult, Listing, error) {
-	var out Listing
-	err := t.with(ctx, func(c Conn) error {
-		p, err := c.Host.InboxPage(ctx, api.InboxRequest{Agent: t.agent, All: in.All, Since: in.Since, Limit: in.Limit})
-		out = listingOf(p)
-		return err
-	})
-	if err != nil {
-		return nil, out, explain(err)
-	}
 	what := "unread"
 	if in.All {
 		what = "in your mail"
 	}
-	return result(listingText(out, what)), out, nil
+	out, txt, err := t.listing(ctx, api.InboxRequest{Agent: t.agent, All: in.All, Since: in.Since, Limit: in.Limit}, what)
+	if err != nil {
+		return nil, out, explain(err)
+	}
+	return result(txt), out, nil
+}
+
+// listing lists a page of the agent's mail (as mbx_inbox), fenced; what says which mail it is.
+func (t *tools) listing(ctx context.Context, req api.InboxRequest, what string) (Listing, string, error) {
+	var out Listing
+	err := t.with(ctx, func(c Conn) error {
+		p, err := c.Host.InboxPage(ctx, req)
+		out = listingOf(ctx, &senders{h: c.Host}, p)
+		return err
+	})
+	if err != nil {
+		return out, "", err
+	}
+	txt, nonce, err := fenced(func(n string) (string, int) { return listingText(out, what, n) })
+	out.Fence = nonce
+	return out, txt, err
 }
 
 func (t *tools) wait(ctx context.Context, _ *sdk.CallToolRequest, in waitIn) (*sdk.CallToolResult, Listing, error) {
@@ -355,7 +375,7 @@ func (t *tools) wait(ctx context.Context, _ *sdk.CallToolRequest, in waitIn) (*s
 			return needDaemon("mbx_wait")
 		}
 		p, err := c.Host.WaitNew(ctx, api.WaitRequest{Agent: t.agent, Timeout: time.Duration(in.TimeoutS) * time.Second})
-		out = listingOf(p)
+		out = listingOf(ctx, &senders{h: c.Host}, p)
 		out.TimedOut = err == nil && len(p.Messages) == 0
 		return err
 	})
@@ -365,42 +385,52 @@ func (t *tools) wait(ctx context.Context, _ *sdk.CallToolRequest, in waitIn) (*s
 	if out.TimedOut {
 		return result(fmt.Sprintf("no new mail in %ds", in.TimeoutS)), out, nil
 	}
-	return result(listingText(out, "new")), out, nil
+	txt, nonce, err := fenced(func(n string) (string, int) { return listingText(out, "new", n) })
+	if err != nil {
+		return nil, out, err
+	}
+	out.Fence = nonce
+	return result(txt), out, nil
 }
 
-func listingOf(p api.InboxPage) Listing {
+func listingOf(ctx context.Context, ss *senders, p api.InboxPage) Listing {
 	l := Listing{Messages: make([]Item, 0, len(p.Messages)), More: p.More}
 	for _, m := range p.Messages {
-		l.Messages = append(l.Messages, itemOf(m))
+		l.Messages = append(l.Messages, itemOf(m, ss.of(ctx, m)))
 	}
 	return l
 }
 
-func itemOf(m api.Message) Item {
+func itemOf(m api.Message, s Sender) Item {
 	return Item{ID: m.ID, From: m.From, Subject: m.Subject, Preview: preview(m.Body), State: m.State,
-		Time: m.TS, Kind: m.Kind, Thread: m.Thread, NeedsReply: m.NeedsReply}
+		Time: m.TS, Kind: m.Kind, Thread: m.Thread, NeedsReply: m.NeedsReply, Sender: s}
 }
 
-func messageOf(m api.Message) Message {
+func messageOf(m api.Message, s Sender) Message {
 	to := m.To
 	if to == nil {
 		to = []string{}
 	}
 	return Message{ID: m.ID, From: m.From, To: to, Subject: m.Subject, Body: m.Body, Kind: m.Kind, Time: m.TS,
-		Thread: m.Thread, ReplyTo: m.ReplyTo, NeedsReply: m.NeedsReply, State: m.State, Note: m.Note}
+		Thread: m.Thread, ReplyTo: m.ReplyTo, NeedsReply: m.NeedsReply, State: m.State, Note: m.Note, Sender: s}
 }
 
 func (t *tools) read(ctx context.Context, _ *sdk.CallToolRequest, in idIn) (*sdk.CallToolResult, Message, error) {
 	var out Message
 	err := t.with(ctx, func(c Conn) error {
 		m, err := c.Host.Read(ctx, api.ReadRequest{ID: in.ID, Agent: t.agent})
-		out = messageOf(m)
+		out = messageOf(m, (&senders{h: c.Host}).of(ctx, m))
 		return err
 	})
 	if err != nil {
 		return nil, out, explain(err)
 	}
-	return result(messageText(out)), out, nil
+	txt, nonce, err := fenced(func(n string) (string, int) { return messageText(out, n) })
+	if err != nil {
+		return nil, out, err
+	}
+	out.Fence = nonce
+	return result(txt), out, nil
 }
 
 func (t *tools) ack(ctx context.Context, _ *sdk.CallToolRequest, in ackIn) (*sdk.CallToolResult, Acked, error) {
@@ -418,9 +448,16 @@ func (t *tools) ack(ctx context.Context, _ *sdk.CallToolRequest, in ackIn) (*sdk
 
 func (t *tools) sent(ctx context.Context, _ *sdk.CallToolRequest, in idIn) (*sdk.CallToolResult, api.Sent, error) {
 	var out api.Sent
+	keys := map[string]string{}
 	err := t.with(ctx, func(c Conn) error {
 		s, err := c.Host.Sent(ctx, in.ID)
 		out = s
+		ss := &senders{h: c.Host}
+		for _, r := range s.Recipients {
+			if r.Note != "" {
+				keys[r.Host] = ss.hostKey(ctx, r.Host)
+			}
+		}
 		return err
 	})
 	if err != nil {
@@ -432,23 +469,39 @@ func (t *tools) sent(ctx context.Context, _ *sdk.CallToolRequest, in idIn) (*sdk
 	if out.Rows == nil {
 		out.Rows = []api.OutboxRow{}
 	}
-	return result(deliveryText(out)), out, nil
+	txt, _, err := fenced(func(n string) (string, int) { return deliveryText(out, keys, n) })
+	if err != nil {
+		return nil, out, err
+	}
+	return result(txt), out, nil
 }
 
 func (t *tools) thread(ctx context.Context, _ *sdk.CallToolRequest, in threadIn) (*sdk.CallToolResult, Thread, error) {
+	out, txt, err := t.threadOf(ctx, in.ID)
+	if err != nil {
+		return nil, out, explain(err)
+	}
+	return result(txt), out, nil
+}
+
+// threadOf reads the thread of id in the agent's mail, fenced.
+func (t *tools) threadOf(ctx context.Context, id string) (Thread, string, error) {
 	var out Thread
 	err := t.with(ctx, func(c Conn) error {
-		th, err := c.Host.Thread(ctx, api.ThreadRequest{Agent: t.agent, ID: in.ID})
+		th, err := c.Host.Thread(ctx, api.ThreadRequest{Agent: t.agent, ID: id})
 		out = Thread{Thread: th.Thread, Messages: make([]Message, 0, len(th.Messages)), Earlier: th.Earlier}
+		ss := &senders{h: c.Host}
 		for _, m := range th.Messages {
-			out.Messages = append(out.Messages, messageOf(m))
+			out.Messages = append(out.Messages, messageOf(m, ss.of(ctx, m)))
 		}
 		return err
 	})
 	if err != nil {
-		return nil, out, explain(err)
+		return out, "", err
 	}
-	return result(threadText(out)), out, nil
+	txt, nonce, err := fenced(func(n string) (string, int) { return threadText(out, n) })
+	out.Fence = nonce
+	return out, txt, err
 }
 
 func (t *tools) search(ctx context.Context, _ *sdk.CallToolRequest, in searchIn) (*sdk.CallToolResult, Found, error) {
@@ -456,13 +509,19 @@ func (t *tools) search(ctx context.Context, _ *sdk.CallToolRequest, in searchIn)
 	err := t.with(ctx, func(c Conn) error {
 		r, err := c.Host.Search(ctx, api.SearchRequest{Agent: t.agent, Query: in.Query, Limit: in.Limit})
 		out = Found{Query: in.Query, Messages: make([]Item, 0, len(r.Messages)), More: r.More}
+		ss := &senders{h: c.Host}
 		for _, m := range r.Messages {
-			out.Messages = append(out.Messages, itemOf(m))
+			out.Messages = append(out.Messages, itemOf(m, ss.of(ctx, m)))
 		}
 		return err
 	})
 	if err != nil {
 		return nil, out, explain(err)
 	}
-	return result(foundText(out)), out, nil
+	txt, nonce, err := fenced(func(n string) (string, int) { return foundText(out, n) })
+	if err != nil {
+		return nil, out, err
+	}
+	out.Fence = nonce
+	return result(txt), out, nil
 }

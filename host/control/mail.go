@@ -13,7 +13,7 @@ import (
 // The mail routes of the control socket (see api.MailService), served when the service is also
 // an api.MailService (host.Service is):
 //
-//	GET  /v1/inbox/page  ?agent=&all=1&since=&limit=  → api.InboxPage
+//	GET  /v1/inbox/page  ?agent=&all=1&since=&limit=&peek=1 → api.InboxPage
 //	GET  /v1/wait/new    ?agent=&timeout=&limit=      → api.InboxPage
 //	GET  /v1/thread      ?agent=&id=                  → api.Thread
 //	GET  /v1/search      ?agent=&q=&limit=            → api.SearchResult
@@ -41,7 +41,11 @@ func (h *handler) inboxPage(_ http.ResponseWriter, r *http.Request) (any, error)
 	if err != nil {
 		return nil, err
 	}
-	page, err := ms.InboxPage(r.Context(), api.InboxRequest{Agent: q.Get("agent"), All: all, Since: q.Get("since"), Limit: limit})
+	peek, err := boolParam(q.Get("peek"))
+	if err != nil {
+		return nil, err
+	}
+	page, err := ms.InboxPage(r.Context(), api.InboxRequest{Agent: q.Get("agent"), All: all, Since: q.Get("since"), Limit: limit, Peek: peek})
 	page.Messages = nonNil(page.Messages)
 	return page, err
 }

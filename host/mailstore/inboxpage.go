@@ -15,7 +15,7 @@ import (
 
 // InboxPage lists the newest req.Limit messages of an agent's mail (unread, or all) whose ids
 // follow req.Since, oldest first; More counts the older ones it left out. The copies it shows
-// move from delivered to notified.
+// move from delivered to notified, unless req.Peek.
 func (s *Store) InboxPage(ctx context.Context, req api.InboxRequest) (api.InboxPage, error) {
 	if err := ctx.Err(); err != nil {
 		return api.InboxPage{}, err
@@ -31,9 +31,13 @@ func (s *Store) InboxPage(ctx context.Context, req api.InboxRequest) (api.InboxP
 	if req.All {
 		idx = bucketMbox
 	}
-	page, err := s.showPage(req.Agent, func(tx *bbolt.Tx) ([]string, int) {
-		return lastAfter(tx.Bucket(idx), req.Agent, req.Since, limit)
-	})
+	pick := func(tx *bbolt.Tx) ([]string, int) { return lastAfter(tx.Bucket(idx), req.Agent, req.Since, limit) }
+	var page api.InboxPage
+	if req.Peek {
+		page, err = s.peekPage(req.Agent, pick)
+	} else {
+		page, err = s.showPage(req.Agent, pick)
+	}
 	if err != nil {
 		return api.InboxPage{}, fmt.Errorf("host: inbox of %s: %w", req.Agent, err)
 	}
@@ -139,6 +143,34 @@ func idsAfter(b *bbolt.Bucket, agent, since string) []string {
 		}
 	}
 	return ids
+}
+
+// peekPage picks a page of agent's copies and returns them as they are, changing nothing.
+func (s *Store) peekPage(agent string, pick func(tx *bbolt.Tx) ([]string, int)) (api.InboxPage, error) {
+	var page api.InboxPage
+	err := s.db.View(func(tx *bbolt.Tx) error {
+		ids, more := pick(tx)
+		page = api.InboxPage{Messages: make([]api.Message, 0, len(ids)), More: more}
+		for _, id := range ids {
+			c, found, err := CopyTx(tx, agent, id)
+			if err == nil && !found {
+				err = fmt.Errorf("%w: mailbox index names a missing entry %s", api.ErrCorrupt, id)
+			}
+			if err != nil {
+				return err
+			}
+			m, found, err := MessageTx(tx, id)
+			if err == nil && !found {
+				err = fmt.Errorf("%w: mailbox entry without its message %s", api.ErrCorrupt, id)
+			}
+			if err != nil {
+				return err
+			}
+			page.Messages = append(page.Messages, m.apiTx(tx, agent, c))
+		}
+		return nil
+	})
+	return page, err
 }
 
 // showPage picks a page of agent's copies in one transaction (pick returns their ids and how

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"testing"
 	"time"
@@ -134,6 +135,27 @@ func TestInboxPageNewestLastWithMore(t *testing.T) {
 		if _, err := a.InboxPage(ctx, bad); !errors.Is(err, api.ErrInvalid) {
 			t.Errorf("InboxPage(%+v): %v, want api.ErrInvalid", bad, err)
 		}
+	}
+}
+
+// A peek lists the page as it is: nothing moves to notified, no receipt is queued, and the
+// new mail is still new for WaitNew.
+func TestInboxPagePeekChangesNothing(t *testing.T) {
+	ts := newTestStore(t, true)
+	ctx := context.Background()
+	m := fromBeta(ts, "hello")
+	ts.receive(m, "bob")
+	before, receipts := ts.counts(), ts.receipts()
+	p, err := ts.InboxPage(ctx, api.InboxRequest{Agent: "bob", Peek: true})
+	if err != nil || !slices.Equal(ids(p.Messages), []string{m.ID}) || !slices.Equal(states(p.Messages), []string{"delivered"}) {
+		t.Fatalf("peek = %+v, %v; want the message, still delivered", p, err)
+	}
+	if !maps.Equal(ts.counts(), before) || !slices.Equal(ts.receipts(), receipts) {
+		t.Error("a peek changed the store")
+	}
+	w, err := ts.WaitNew(ctx, api.WaitRequest{Agent: "bob"})
+	if err != nil || !slices.Equal(ids(w.Messages), []string{m.ID}) {
+		t.Errorf("WaitNew after a peek = %+v, %v; want the message as new", w, err)
 	}
 }
 
