@@ -14,9 +14,9 @@ import (
 	"go.etcd.io/bbolt"
 
 	"github.com/agentmbx/agentmbx/api"
+	"github.com/agentmbx/agentmbx/checkpoint"
 	"github.com/agentmbx/agentmbx/host/mailstore"
 	"github.com/agentmbx/agentmbx/host/ops"
-	"github.com/agentmbx/agentmbx/inbox"
 	"github.com/agentmbx/agentmbx/internal/syncbuf"
 	"github.com/agentmbx/agentmbx/lan"
 	"github.com/agentmbx/agentmbx/mbx"
@@ -69,7 +69,7 @@ type Host struct {
 	db     *bbolt.DB
 	ob     *outbox.Store
 	quar   *quarantine.Store // relay items this host rejected
-	rpos   *inbox.Store      // relay receive positions (and the quarantine writes)
+	rpos   *checkpoint.Store // relay receive positions (and the quarantine writes)
 	clock  func() time.Time
 	rand   io.Reader
 	ulids  *mbx.ULIDs
@@ -180,7 +180,7 @@ func Open(dir string, opts *Options) (*Host, error) {
 		db.Close()
 		return nil, fmt.Errorf("host: open %s: %w", dir, err)
 	}
-	if h.rpos, err = inbox.Open(db, h.quar, &inbox.Options{Clock: o.Clock, Logger: o.Logger}); err != nil {
+	if h.rpos, err = checkpoint.Open(db, h.quar, &checkpoint.Options{Clock: o.Clock, Logger: o.Logger}); err != nil {
 		db.Close()
 		return nil, fmt.Errorf("host: open %s: %w", dir, err)
 	}

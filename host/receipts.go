@@ -130,7 +130,7 @@ func (b *receiptBook) ReceiptCount(msg, host string) int {
 	return n
 }
 
-// receiptStatus is the answer for one receipt of a LAN batch (and the relay inbox's verdict for
+// receiptStatus is the answer for one receipt of a LAN batch (and the relay checkpoint's verdict for
 // a receipt item): accepted, duplicate, stale, or rejected:<reason>.
 type receiptStatus string
 

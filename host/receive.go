@@ -208,7 +208,7 @@ func (h *Host) expandIncomingTx(tx *bbolt.Tx, to []string) ([]string, error) {
 	return out, nil
 }
 
-// receiveEnvelope is the whole receive path for one envelope from a pinned peer (the relay inbox
+// receiveEnvelope is the whole receive path for one envelope from a pinned peer (the relay checkpoint
 // runs prepareEnvelope and commitEnvelopeTx itself, to commit with its checkpoint): it returns
 // "accepted", "duplicate" or "rejected:<reason>". An error means the store failed and nothing was
 // stored; the sender should retry.

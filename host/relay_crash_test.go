@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agentmbx/agentmbx/inbox"
+	"github.com/agentmbx/agentmbx/checkpoint"
 	"github.com/agentmbx/agentmbx/internal/failpoint"
 	"github.com/agentmbx/agentmbx/internal/testkit"
 	"github.com/agentmbx/agentmbx/mbx"
@@ -227,7 +227,7 @@ func TestRelayCrashAfterCommitBeforeAck(t *testing.T) {
 		t.Fatalf("row = %s (%s), want relay-accepted", r.State, r.LastError)
 	}
 
-	b := bc.crash("pull", inbox.FailAfterCommitBeforeAck)
+	b := bc.crash("pull", checkpoint.FailAfterCommitBeforeAck)
 	if got := b.copies("bob", id); got != 1 {
 		t.Fatalf("bob holds %d copies after the crash, want 1 (the page committed)", got)
 	}
@@ -239,7 +239,7 @@ func TestRelayCrashAfterCommitBeforeAck(t *testing.T) {
 	if err != nil || pos.ReceivedThrough < 1 {
 		t.Fatalf("position after the crash: %+v, %v; want received through the item", pos, err)
 	}
-	r, err := b.relayReceiver(l, inbox.ReceiverOptions{})
+	r, err := b.relayReceiver(l, checkpoint.ReceiverOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,15 +9,15 @@ import (
 
 	"github.com/agentmbx/agentmbx/api"
 	"github.com/agentmbx/agentmbx/client"
-	"github.com/agentmbx/agentmbx/internal/testkit/testrelay"
 	"github.com/agentmbx/agentmbx/mbx"
 	"github.com/agentmbx/agentmbx/relayserver"
+	"github.com/agentmbx/agentmbx/relayserver/relaytest"
 )
 
 // startRelay runs the real relay on 127.0.0.1 with real clocks and returns its URL and key.
 func startRelay(t testing.TB) (string, mbx.SigningKey) {
 	t.Helper()
-	r := testrelay.Start(t, 910, relayserver.Options{EnrolCallsPerMinute: -1, PushesPerMinute: -1})
+	r := relaytest.Start(t, 910, relayserver.Options{EnrolCallsPerMinute: -1, PushesPerMinute: -1})
 	return r.URL, r.Key
 }
 

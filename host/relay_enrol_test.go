@@ -12,8 +12,8 @@ import (
 	"time"
 
 	"github.com/agentmbx/agentmbx/api"
-	"github.com/agentmbx/agentmbx/internal/testkit/testrelay"
 	"github.com/agentmbx/agentmbx/relayserver"
+	"github.com/agentmbx/agentmbx/relayserver/relaytest"
 )
 
 // countingRelay is a real relay behind a front that counts enrolments and successful pulls, and
@@ -25,10 +25,10 @@ type countingRelay struct {
 	enrols, pulls int
 }
 
-func startCountingRelay(t *testing.T, seed uint64) (*countingRelay, *testrelay.Relay) {
+func startCountingRelay(t *testing.T, seed uint64) (*countingRelay, *relaytest.Relay) {
 	t.Helper()
 	opts := relayserver.Options{EnrolCallsPerMinute: -1, PushesPerMinute: -1}
-	r := testrelay.Start(t, seed, opts)
+	r := relaytest.Start(t, seed, opts)
 	c := &countingRelay{}
 	c.srv.Store(r.Server)
 	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
@@ -94,7 +94,7 @@ func TestDaemonEnrolsOncePerStartAndPerNeed(t *testing.T) {
 	}
 
 	// The relay forgets everyone: one enrolment brings the host back.
-	fresh := testrelay.Start(t, 930, relayserver.Options{EnrolCallsPerMinute: -1, PushesPerMinute: -1})
+	fresh := relaytest.Start(t, 930, relayserver.Options{EnrolCallsPerMinute: -1, PushesPerMinute: -1})
 	_, before := relay.counts()
 	relay.srv.Store(fresh.Server)
 	waitFor(t, "enrolled again and pulling", func() bool {

@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/agentmbx/agentmbx/api"
-	"github.com/agentmbx/agentmbx/inbox"
+	"github.com/agentmbx/agentmbx/checkpoint"
 	"github.com/agentmbx/agentmbx/internal/testkit"
 	"github.com/agentmbx/agentmbx/mbx"
 	"github.com/agentmbx/agentmbx/outbox"
@@ -292,7 +292,7 @@ func (h *Host) relayKeep(ctx context.Context, force bool) error { return h.relay
 
 func (h *Host) relayReceive(ctx context.Context) (int, error) { return h.relay.Receive(ctx) }
 
-func (h *Host) relayReceiver(c *relaylink.Conn, opts inbox.ReceiverOptions) (*inbox.Receiver, error) {
+func (h *Host) relayReceiver(c *relaylink.Conn, opts checkpoint.ReceiverOptions) (*checkpoint.Receiver, error) {
 	return h.relay.Receiver(c, opts)
 }
 

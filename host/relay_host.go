@@ -9,8 +9,8 @@ import (
 	"go.etcd.io/bbolt"
 
 	"github.com/agentmbx/agentmbx/api"
+	"github.com/agentmbx/agentmbx/checkpoint"
 	"github.com/agentmbx/agentmbx/host/mailstore"
-	"github.com/agentmbx/agentmbx/inbox"
 	"github.com/agentmbx/agentmbx/internal/failpoint"
 	"github.com/agentmbx/agentmbx/mbx"
 	"github.com/agentmbx/agentmbx/outbox"
@@ -88,50 +88,50 @@ func (rh relayHost) Daemon() bool {
 // in the transaction of the item's page. A repeat is done, and re-sends the current delivery
 // receipt of every local copy whose last receipt is no longer on its way, because a sender
 // re-pushes only when it still waits for one (after an epoch change).
-func (rh relayHost) Envelope(tx *bbolt.Tx, it inbox.Item) (inbox.Verdict, error) {
+func (rh relayHost) Envelope(tx *bbolt.Tx, it checkpoint.Item) (checkpoint.Verdict, error) {
 	h := rh.Host
 	if mbx.IsRotationNotice(it.Wire) {
 		return h.rot.Notice(tx, it.ItemID, it.Sender, it.Wire)
 	}
 	peer, ok, err := senderPeerTx(tx, it.Sender)
 	if err != nil {
-		return inbox.Verdict{}, err
+		return checkpoint.Verdict{}, err
 	}
 	if !ok {
-		return inbox.Rejected(quarantine.CauseUnpaired, ReasonUnpaired), nil
+		return checkpoint.Rejected(quarantine.CauseUnpaired, ReasonUnpaired), nil
 	}
 	in, err := h.prepareEnvelope(peer, it.Wire, true, api.ViaRelay)
 	if err != nil {
 		st, _ := rejected(err)
 		reason := strings.TrimPrefix(st, mbx.StatusRejectedPrefix)
-		return inbox.Rejected(causeOf(reason), reason), nil
+		return checkpoint.Rejected(causeOf(reason), reason), nil
 	}
 	if in.Env.ID != it.ItemID {
-		return inbox.Rejected(quarantine.CauseMalformed, "item id is not the envelope id"), nil
+		return checkpoint.Rejected(quarantine.CauseMalformed, "item id is not the envelope id"), nil
 	}
 	st, err := h.commitEnvelopeTx(tx, in)
 	if err != nil {
 		if s, ok := rejected(err); ok {
 			reason := strings.TrimPrefix(s, mbx.StatusRejectedPrefix)
-			return inbox.Rejected(causeOf(reason), reason), nil
+			return checkpoint.Rejected(causeOf(reason), reason), nil
 		}
-		return inbox.Verdict{}, err
+		return checkpoint.Verdict{}, err
 	}
 	if st == mbx.StatusDuplicate {
 		n, err := h.resendReceiptsTx(tx, in.Env.ID, peer.Host)
 		if err != nil {
-			return inbox.Verdict{}, err
+			return checkpoint.Verdict{}, err
 		}
 		if n > 0 {
 			tx.OnCommit(h.kickOutbox)
 		}
-		return inbox.Duplicate(), nil
+		return checkpoint.Duplicate(), nil
 	}
 	if err := failpoint.Inject(FailRelayHandledBeforeCommit); err != nil {
-		return inbox.Verdict{}, err
+		return checkpoint.Verdict{}, err
 	}
 	tx.OnCommit(h.kickOutbox) // receipts were queued; the mail store wakes the waiters
-	return inbox.Accepted(), nil
+	return checkpoint.Accepted(), nil
 }
 
 // causeOf classifies a receive-path refusal reason for the quarantine.

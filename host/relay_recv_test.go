@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/agentmbx/agentmbx/api"
-	"github.com/agentmbx/agentmbx/inbox"
+	"github.com/agentmbx/agentmbx/checkpoint"
 	"github.com/agentmbx/agentmbx/internal/testkit"
 	"github.com/agentmbx/agentmbx/mbx"
 	"github.com/agentmbx/agentmbx/outbox"
@@ -32,7 +32,7 @@ func (th *testHost) rawPull(after int64) mbx.PullResponse {
 }
 
 // process hands page (pulled after after) to th's relay handler, as its receiver does.
-func (th *testHost) process(r *testRelay, after int64, page mbx.PullResponse) inbox.Result {
+func (th *testHost) process(r *testRelay, after int64, page mbx.PullResponse) checkpoint.Result {
 	th.t.Helper()
 	res, err := th.rpos.ProcessPage(context.Background(), r.url, after, page,
 		th.relay.Handler(relayclient.Pin{URL: r.url, RelayKey: r.key().PublicKey()}))
@@ -163,7 +163,7 @@ func TestRelayAckFailure(t *testing.T) {
 	res := a.send("alice", []string{"bob@beta"}, "ack lost", "still once")
 	a.passOnce()
 	r.set(func(r *testRelay) { r.failAcks = lostTries })
-	rcv, err := b.relayReceiver(mustLink(t, b), inbox.ReceiverOptions{})
+	rcv, err := b.relayReceiver(mustLink(t, b), checkpoint.ReceiverOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

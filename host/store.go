@@ -9,9 +9,9 @@ import (
 
 	"github.com/agentmbx/agentmbx/api"
 	"github.com/agentmbx/agentmbx/host/agents"
+	"github.com/agentmbx/agentmbx/host/internal/boltjson"
 	"github.com/agentmbx/agentmbx/host/mailstore"
 	"github.com/agentmbx/agentmbx/host/peers"
-	"github.com/agentmbx/agentmbx/internal/boltjson"
 )
 
 // The layout of state.db: one bbolt file, these top-level buckets (k1 ‖ 0x00 ‖ k2 keys; names and
@@ -34,7 +34,7 @@ import (
 //
 // messages, mbox, unread, deliveries and the indexes are package host/mailstore's (mailstore.Buckets). And
 // the buckets of the packages that share the file: outbox (rows, wire bytes and their
-// indexes), quarantine (relay items this host refused) and inbox (relay-positions: the receive
+// indexes), quarantine (relay items this host refused) and checkpoint (relay-positions: the receive
 // checkpoint per relay).
 var (
 	bucketMeta   = []byte("meta")

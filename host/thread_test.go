@@ -15,7 +15,13 @@ import (
 )
 
 // ids and states list the ids and the states of a page of mail, in order.
-var ids, states = testkit.MessageIDs, testkit.MessageStates
+func ids(ms []api.Message) []string {
+	return testkit.Map(ms, func(m api.Message) string { return m.ID })
+}
+
+func states(ms []api.Message) []string {
+	return testkit.Map(ms, func(m api.Message) string { return m.State })
+}
 
 func TestReplyAndThreadAcrossHosts(t *testing.T) {
 	clock := newClock()

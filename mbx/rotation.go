@@ -6,6 +6,9 @@ import (
 	"time"
 )
 
+// RotationSkew is how far a rotation record's iat may be ahead of the checker's clock.
+const RotationSkew = 5 * time.Minute
+
 // RotationRecord is a host key rotation: host moves from host key OldPub to NewPub and
 // seals to NewEncPub from IAT on. Both keys sign its canonical JSON.
 type RotationRecord struct {

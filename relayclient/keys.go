@@ -130,7 +130,7 @@ func (c *Client) PublishSenders(ctx context.Context, senders []string) (mbx.Send
 // Rotate tells the relay about this host's key rotation (POST /v2/relay/rotate, no hop: both keys
 // signed the record). The relay moves the enrolment, the queue (re-sequenced) and the allowlists
 // to the new key and revokes the old one. Afterwards use a Client with the new key, reset the
-// receive position for this relay to 0 (inbox.ResetRotated) and republish the enc-key ad.
+// receive position for this relay to 0 (checkpoint.ResetRotated) and republish the enc-key ad.
 func (c *Client) Rotate(ctx context.Context, rot mbx.SignedRotation) (mbx.RotateResponse, error) {
 	raw, err := mbx.MarshalJSON(rot)
 	if err != nil {

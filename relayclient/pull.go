@@ -56,7 +56,7 @@ func (r PullRequest) waitSeconds() int {
 // Pull fetches one page of this host's queue (GET /v2/relay/items?after=&limit=&epoch=&wait=,
 // the query covered by the hop). A 409 is an *EpochError (ErrEpochChanged) with the relay's current
 // epoch: reset the position to 0 in that epoch and pull again. The page's items are returned as
-// the relay served them (inbox.Store.ProcessPage decodes and checks each one, so one bad item
+// the relay served them (checkpoint.Store.ProcessPage decodes and checks each one, so one bad item
 // cannot block the queue); the page itself must be well formed.
 func (c *Client) Pull(ctx context.Context, r PullRequest) (mbx.PullResponse, error) {
 	if r.After < 0 || r.Limit < 0 || r.Wait < 0 || len(r.Epoch) > maxEpochLen {

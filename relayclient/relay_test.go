@@ -9,10 +9,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agentmbx/agentmbx/internal/testkit/testrelay"
 	"github.com/agentmbx/agentmbx/mbx"
 	"github.com/agentmbx/agentmbx/relayclient"
 	"github.com/agentmbx/agentmbx/relayserver"
+	"github.com/agentmbx/agentmbx/relayserver/relaytest"
 	"github.com/agentmbx/agentmbx/relayserver/sqlitestore"
 )
 
@@ -39,14 +39,18 @@ type realRelay struct {
 
 func startRelay(t *testing.T) *realRelay {
 	t.Helper()
-	r := testrelay.Start(t, 1, relayserver.Options{})
+	r := relaytest.Start(t, 1, relayserver.Options{})
 	return &realRelay{key: r.Key, url: r.URL, store: r.Store, srv: r.Server}
 }
 
 func newHost(t *testing.T, r *realRelay, pin relayclient.Pin, name string, n uint64) *host {
 	t.Helper()
-	c := testrelay.NewClient(t, pin, name, seeded(100+n), seeded(200+n), &relayclient.Options{Timeout: 30 * time.Second})
-	return &host{name: name, key: c.Key, enc: c.Enc, c: c.Client}
+	k, e := relaytest.HostKeys(t, seeded(100+n), seeded(200+n))
+	c, err := relayclient.New(pin, name, k, &relayclient.Options{Timeout: 30 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &host{name: name, key: k, enc: e, c: c}
 }
 
 // sealed builds an envelope from a to b's agent and seals it for b: the item id and wire bytes.

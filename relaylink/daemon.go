@@ -9,7 +9,7 @@ import (
 	"github.com/cenkalti/backoff/v4"
 	"go.etcd.io/bbolt"
 
-	"github.com/agentmbx/agentmbx/inbox"
+	"github.com/agentmbx/agentmbx/checkpoint"
 	"github.com/agentmbx/agentmbx/internal/logkey"
 	"github.com/agentmbx/agentmbx/relayclient"
 )
@@ -129,7 +129,7 @@ const pullMaxBackoff = 10 * time.Second
 
 // receiveLoop runs the receiver of c until ctx is done or the relay key changes.
 func (l *Link) receiveLoop(ctx context.Context, c *Conn, tick, wait time.Duration) {
-	r, err := l.Receiver(c, inbox.ReceiverOptions{Idle: tick, Wait: wait, MaxBackoff: pullMaxBackoff})
+	r, err := l.Receiver(c, checkpoint.ReceiverOptions{Idle: tick, Wait: wait, MaxBackoff: pullMaxBackoff})
 	if err != nil {
 		l.log.Error("relay receiver", logkey.Err, err)
 		return

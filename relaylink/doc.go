@@ -15,7 +15,7 @@
 //   - Pacer: the one way a Link's Pushers reach the relay: a token bucket under the relay's
 //     announced pushes_per_minute, and rows handed in while a push is in flight coalesced into
 //     the next request (pace.go).
-//   - Source: the relay client as the Relay an inbox.Receiver pulls from, with the client's
+//   - Source: the relay client as the Relay a checkpoint.Receiver pulls from, with the client's
 //     errors read into the ones the Receiver acts on (ReceiverError).
 //
 // The relay items a Receiver pulls are handled inside the transaction of their page: receipts

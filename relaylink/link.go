@@ -12,7 +12,7 @@ import (
 	"go.etcd.io/bbolt"
 
 	"github.com/agentmbx/agentmbx/api"
-	"github.com/agentmbx/agentmbx/inbox"
+	"github.com/agentmbx/agentmbx/checkpoint"
 	"github.com/agentmbx/agentmbx/internal/logkey"
 	"github.com/agentmbx/agentmbx/mbx"
 	"github.com/agentmbx/agentmbx/outbox"
@@ -28,7 +28,7 @@ type Host interface {
 	// Envelope checks and commits, in tx, an envelope item: the host's receive path (the
 	// sender must be a paired host), with its dedup. A refusal is a rejected verdict, never an
 	// error.
-	Envelope(tx *bbolt.Tx, it inbox.Item) (inbox.Verdict, error)
+	Envelope(tx *bbolt.Tx, it checkpoint.Item) (checkpoint.Verdict, error)
 	// Receipt applies, in tx, a delivery receipt the paired host peer pushed and returns its
 	// status: accepted, duplicate, stale or rejected:<reason>.
 	Receipt(tx *bbolt.Tx, peer string, wire []byte) (string, error)
@@ -70,7 +70,7 @@ type Config struct {
 	DB         *bbolt.DB
 	Outbox     *outbox.Store
 	Quarantine *quarantine.Store
-	Positions  *inbox.Store
+	Positions  *checkpoint.Store
 	Name       string // the host's name
 	Key        mbx.SigningKey
 	EncPub     string // the host's enc key
@@ -90,7 +90,7 @@ type Link struct {
 	db    *bbolt.DB
 	ob    *outbox.Store
 	quar  *quarantine.Store
-	rpos  *inbox.Store
+	rpos  *checkpoint.Store
 	name  string
 	key   mbx.SigningKey
 	enc   string
@@ -106,8 +106,8 @@ type Link struct {
 	epoch    string            // the epoch last recorded for conn (mirror of the record)
 	// pausedUntil: no push goes to the relay before then (its Retry-After, a rate refusal).
 	pausedUntil time.Time
-	recv        *inbox.Receiver // the daemon's (or a test's) receiver for conn
-	pace        linkPace        // the push pacer (link_pace.go)
+	recv        *checkpoint.Receiver // the daemon's (or a test's) receiver for conn
+	pace        linkPace             // the push pacer (link_pace.go)
 
 	changed chan struct{} // the pin changed or relay use stopped: the daemon restarts its loops
 	keep    chan struct{} // run the enrolment and publications now (peers changed, re-enrol)
@@ -302,7 +302,7 @@ func (l *Link) recordOutcome(c *Conn, op string, err error) error {
 // and the enrolment is redone (docs/design.md: Epochs, restarts and restores, Enrolment and
 // publications). It reports whether the epoch changed.
 func (l *Link) epochSeen(c *Conn, epoch string) bool {
-	if epoch == "" || len(epoch) > inbox.MaxEpochLen {
+	if epoch == "" || len(epoch) > checkpoint.MaxEpochLen {
 		return false
 	}
 	l.mu.Lock()
@@ -337,7 +337,7 @@ func (l *Link) epochSeen(c *Conn, epoch string) bool {
 			return err
 		}
 		if pos.Epoch != epoch {
-			if _, _, err := l.rpos.In(tx).Reset(c.Pin.URL, epoch, inbox.ResetEpochChanged); err != nil {
+			if _, _, err := l.rpos.In(tx).Reset(c.Pin.URL, epoch, checkpoint.ResetEpochChanged); err != nil {
 				return err
 			}
 		}

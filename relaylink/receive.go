@@ -8,7 +8,7 @@ import (
 
 	"go.etcd.io/bbolt"
 
-	"github.com/agentmbx/agentmbx/inbox"
+	"github.com/agentmbx/agentmbx/checkpoint"
 	"github.com/agentmbx/agentmbx/internal/logkey"
 	"github.com/agentmbx/agentmbx/mbx"
 	"github.com/agentmbx/agentmbx/outbox"
@@ -19,7 +19,7 @@ import (
 // Receiving from the relay (docs/design.md: Receive checkpoint and ack, Retention and expiry,
 // Delivery receipts).
 //
-// An inbox.Receiver pulls the pinned relay's pages and hands each item, in seq order, to a
+// An checkpoint.Receiver pulls the pinned relay's pages and hands each item, in seq order, to a
 // handler inside the transaction that also moves the receive checkpoint:
 //
 //   - an envelope goes to Host.Envelope, the host's own receive path (a paired sender, dedup by
@@ -34,16 +34,16 @@ import (
 // dropped. Items refused only because their sender was not paired are reprocessed in the
 // transaction that pins that sender (ReleaseTx).
 
-// handler is the inbox.Handler of one relay.
+// handler is the checkpoint.Handler of one relay.
 type handler struct {
 	l   *Link
 	pin relayclient.Pin
 }
 
-var _ inbox.Handler = handler{}
+var _ checkpoint.Handler = handler{}
 
-// Handler is the inbox.Handler of the relay pin: what a Receiver of it hands each item to.
-func (l *Link) Handler(pin relayclient.Pin) inbox.Handler { return handler{l: l, pin: pin} }
+// Handler is the checkpoint.Handler of the relay pin: what a Receiver of it hands each item to.
+func (l *Link) Handler(pin relayclient.Pin) checkpoint.Handler { return handler{l: l, pin: pin} }
 
 // senderTx finds the pinned peer that pushed an item (by its current or a retired key).
 func (rh handler) senderTx(tx *bbolt.Tx, key string) (Peer, bool, error) {
@@ -58,34 +58,34 @@ func (rh handler) senderTx(tx *bbolt.Tx, key string) (Peer, bool, error) {
 // unpaired is the reason of an item from a host that is not paired.
 const unpaired = "host not paired"
 
-func (rh handler) HandleEnvelope(tx *bbolt.Tx, it inbox.Item) (inbox.Verdict, error) {
+func (rh handler) HandleEnvelope(tx *bbolt.Tx, it checkpoint.Item) (checkpoint.Verdict, error) {
 	return rh.l.host.Envelope(tx, it)
 }
 
-func (rh handler) HandleReceipt(tx *bbolt.Tx, it inbox.Item) (inbox.Verdict, error) {
+func (rh handler) HandleReceipt(tx *bbolt.Tx, it checkpoint.Item) (checkpoint.Verdict, error) {
 	peer, ok, err := rh.senderTx(tx, it.Sender)
 	if err != nil {
-		return inbox.Verdict{}, err
+		return checkpoint.Verdict{}, err
 	}
 	if !ok {
-		return inbox.Rejected(quarantine.CauseUnpaired, unpaired), nil
+		return checkpoint.Rejected(quarantine.CauseUnpaired, unpaired), nil
 	}
 	s, err := mbx.ParseReceipt(it.Wire)
 	if err != nil {
-		return inbox.Rejected(quarantine.CauseMalformed, err.Error()), nil
+		return checkpoint.Rejected(quarantine.CauseMalformed, err.Error()), nil
 	}
 	if s.ItemID() != it.ItemID {
-		return inbox.Rejected(quarantine.CauseMalformed, "item id is not the receipt id"), nil
+		return checkpoint.Rejected(quarantine.CauseMalformed, "item id is not the receipt id"), nil
 	}
 	// The pushing host must be the recipient's host (the relay checked that it signed the push).
 	st, err := rh.l.host.Receipt(tx, peer.Host, it.Wire)
 	if err != nil {
-		return inbox.Verdict{}, err
+		return checkpoint.Verdict{}, err
 	}
 	switch {
 	case st == mbx.StatusAccepted:
 		tx.OnCommit(rh.l.host.KickOutbox)
-		return inbox.Accepted(), nil
+		return checkpoint.Accepted(), nil
 	case strings.HasPrefix(st, mbx.StatusRejectedPrefix):
 		reason := strings.TrimPrefix(st, mbx.StatusRejectedPrefix)
 		cause := quarantine.CauseRefused
@@ -97,55 +97,55 @@ func (rh handler) HandleReceipt(tx *bbolt.Tx, it inbox.Item) (inbox.Verdict, err
 		case strings.Contains(reason, mbx.ErrReceiptInvalid.Error()), strings.Contains(reason, mbx.ErrReceiptWire.Error()):
 			cause = quarantine.CauseMalformed
 		}
-		return inbox.Rejected(cause, reason), nil
+		return checkpoint.Rejected(cause, reason), nil
 	default: // duplicate, stale
-		return inbox.Duplicate(), nil
+		return checkpoint.Duplicate(), nil
 	}
 }
 
-func (rh handler) HandleExpired(tx *bbolt.Tx, it inbox.Item) (inbox.Verdict, error) {
+func (rh handler) HandleExpired(tx *bbolt.Tx, it checkpoint.Item) (checkpoint.Verdict, error) {
 	n, err := mbx.CheckExpiryNotice(it.Wire, it.Sender, rh.pin.RelayKey)
 	if err != nil {
 		cause := quarantine.CauseMalformed
 		if errors.Is(err, mbx.ErrExpirySignature) || errors.Is(err, mbx.ErrExpirySender) {
 			cause = quarantine.CauseBadSignature
 		}
-		return inbox.Rejected(cause, err.Error()), nil
+		return checkpoint.Rejected(cause, err.Error()), nil
 	}
 	if n.NoticeItemID() != it.ItemID {
-		return inbox.Rejected(quarantine.CauseMalformed, "item id is not the notice's"), nil
+		return checkpoint.Rejected(quarantine.CauseMalformed, "item id is not the notice's"), nil
 	}
 	ob := rh.l.ob.In(tx)
 	rows, err := ob.ByItem(n.ItemID)
 	if err != nil {
-		return inbox.Verdict{}, err
+		return checkpoint.Verdict{}, err
 	}
 	for _, r := range rows {
 		if r.HostKey != n.TargetPubkey || r.Kind != outbox.KindEnvelope {
 			continue
 		}
 		if !r.State.Active() || (r.Relay != "" && r.Relay != rh.pin.URL) {
-			return inbox.Duplicate(), nil // settled or ended already, or not this relay's
+			return checkpoint.Duplicate(), nil // settled or ended already, or not this relay's
 		}
 		reason := fmt.Sprintf("the relay dropped it undelivered at %s (accepted %s, retention over)", n.ExpiredAt, n.AcceptedAt)
 		row, err := ob.MarkExpired(r.Key(), reason)
 		if err != nil {
 			if errors.Is(err, outbox.ErrTransition) {
-				return inbox.Duplicate(), nil
+				return checkpoint.Duplicate(), nil
 			}
-			return inbox.Verdict{}, err
+			return checkpoint.Verdict{}, err
 		}
 		if err := rh.l.host.Alert(tx, row); err != nil {
-			return inbox.Verdict{}, err
+			return checkpoint.Verdict{}, err
 		}
-		return inbox.Accepted(), nil
+		return checkpoint.Accepted(), nil
 	}
 	rh.l.log.Info("relay expiry notice for no outbox row here", logkey.Item, n.ItemID, logkey.Target, mbx.Fingerprint(n.TargetPubkey))
-	return inbox.Duplicate(), nil
+	return checkpoint.Duplicate(), nil
 }
 
 // handle dispatches an item by kind, as the inbox does.
-func (rh handler) handle(tx *bbolt.Tx, it inbox.Item) (inbox.Verdict, error) {
+func (rh handler) handle(tx *bbolt.Tx, it checkpoint.Item) (checkpoint.Verdict, error) {
 	switch it.Kind {
 	case mbx.ItemKindEnvelope:
 		return rh.HandleEnvelope(tx, it)
@@ -154,7 +154,7 @@ func (rh handler) handle(tx *bbolt.Tx, it inbox.Item) (inbox.Verdict, error) {
 	case mbx.ItemKindExpired:
 		return rh.HandleExpired(tx, it)
 	}
-	return inbox.Rejected(quarantine.CauseUnknownKind, "unknown item kind"), nil
+	return checkpoint.Rejected(quarantine.CauseUnknownKind, "unknown item kind"), nil
 }
 
 // ReleaseTx reprocesses, inside tx (the transaction that pinned the peer), the items quarantined
@@ -176,12 +176,12 @@ func (l *Link) ReleaseTx(tx *bbolt.Tx, key string) (int, error) {
 		if e.Relay == pin.URL {
 			rh.pin = pin
 		}
-		v, err := rh.handle(tx, inbox.Item{Relay: e.Relay, Epoch: e.Epoch, Seq: e.Seq, Kind: e.Kind,
+		v, err := rh.handle(tx, checkpoint.Item{Relay: e.Relay, Epoch: e.Epoch, Seq: e.Seq, Kind: e.Kind,
 			ItemID: e.ItemID, Sender: e.Sender, Wire: e.Wire})
 		if err != nil {
 			return n, err
 		}
-		if v.Outcome != inbox.OutcomeRejected {
+		if v.Outcome != checkpoint.OutcomeRejected {
 			n++
 			continue
 		}
@@ -197,13 +197,13 @@ func (l *Link) ReleaseTx(tx *bbolt.Tx, key string) (int, error) {
 }
 
 // Receiver returns the receiver of the connection c (made once per connection).
-func (l *Link) Receiver(c *Conn, opts inbox.ReceiverOptions) (*inbox.Receiver, error) {
+func (l *Link) Receiver(c *Conn, opts checkpoint.ReceiverOptions) (*checkpoint.Receiver, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.conn == c && l.recv != nil {
 		return l.recv, nil
 	}
-	opts.OnReset = func(_ context.Context, p inbox.Position) { l.reset(c, p) }
+	opts.OnReset = func(_ context.Context, p checkpoint.Position) { l.reset(c, p) }
 	opts.Reenrol = func(ctx context.Context) error { return l.Keep(ctx, true) }
 	if opts.Logger == nil {
 		opts.Logger = l.log
@@ -221,16 +221,16 @@ func (l *Link) Receiver(c *Conn, opts inbox.ReceiverOptions) (*inbox.Receiver, e
 // reset is the receiver's OnReset: the relay's store went back in time or changed epoch, so what
 // it accepted may be gone. Every relay-accepted row at this relay goes out again: those of other
 // epochs after an epoch change, all of them after a rewind in the same epoch.
-func (l *Link) reset(c *Conn, p inbox.Position) {
-	why := inbox.ResetReason(0)
+func (l *Link) reset(c *Conn, p checkpoint.Position) {
+	why := checkpoint.ResetReason(0)
 	if p.LastReset != nil {
 		why = p.LastReset.Reason
 	}
 	epoch := p.Epoch
-	if why == inbox.ResetRewound || why == inbox.ResetBadAck {
+	if why == checkpoint.ResetRewound || why == checkpoint.ResetBadAck {
 		epoch = ""
 	}
-	if why == inbox.ResetEpochChanged && p.Epoch != "" {
+	if why == checkpoint.ResetEpochChanged && p.Epoch != "" {
 		l.epochSeen(c, p.Epoch)
 	}
 	n, resent := 0, 0
@@ -291,7 +291,7 @@ func (l *Link) Receive(ctx context.Context) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	r, err := l.Receiver(c, inbox.ReceiverOptions{})
+	r, err := l.Receiver(c, checkpoint.ReceiverOptions{})
 	if err != nil {
 		return 0, err
 	}

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agentmbx/agentmbx/inbox"
+	"github.com/agentmbx/agentmbx/checkpoint"
 	"github.com/agentmbx/agentmbx/mbx"
 	"github.com/agentmbx/agentmbx/relayclient"
 )
@@ -22,15 +22,15 @@ func TestReceiverErrors(t *testing.T) {
 		epoch string
 		retry time.Duration
 	}{
-		{"epoch", &relayclient.EpochError{Op: "pull", Epoch: "ep2"}, inbox.ErrEpochChanged, "ep2", 0},
-		{"bad ack", &relayclient.StatusError{Op: "ack", Status: 400, Code: mbx.CodeBadAck}, inbox.ErrRewound, "", 0},
-		{"key changed", &relayclient.KeyChangedError{URL: "https://relay.example"}, inbox.ErrKeyChanged, "", 0},
-		{"not enrolled", &relayclient.StatusError{Op: "pull", Status: http.StatusUnauthorized}, inbox.ErrNotEnrolled, "", 0},
-		{"revoked or denied", &relayclient.StatusError{Op: "pull", Status: http.StatusForbidden}, inbox.ErrNotEnrolled, "", 0},
+		{"epoch", &relayclient.EpochError{Op: "pull", Epoch: "ep2"}, checkpoint.ErrEpochChanged, "ep2", 0},
+		{"bad ack", &relayclient.StatusError{Op: "ack", Status: 400, Code: mbx.CodeBadAck}, checkpoint.ErrRewound, "", 0},
+		{"key changed", &relayclient.KeyChangedError{URL: "https://relay.example"}, checkpoint.ErrKeyChanged, "", 0},
+		{"not enrolled", &relayclient.StatusError{Op: "pull", Status: http.StatusUnauthorized}, checkpoint.ErrNotEnrolled, "", 0},
+		{"revoked or denied", &relayclient.StatusError{Op: "pull", Status: http.StatusForbidden}, checkpoint.ErrNotEnrolled, "", 0},
 		{"busy", &relayclient.StatusError{Op: "pull", Status: 429, RetryAfter: 30 * time.Second}, nil, "", 30 * time.Second},
 	} {
 		err := ReceiverError(c.err)
-		var re *inbox.RelayError
+		var re *checkpoint.RelayError
 		if !errors.As(err, &re) || re.Kind != c.kind || re.Epoch != c.epoch || re.RetryAfter != c.retry {
 			t.Errorf("%s: ReceiverError = %#v, want kind %v, epoch %q, retry %s", c.name, err, c.kind, c.epoch, c.retry)
 		}

@@ -3,22 +3,22 @@ package relaylink
 import (
 	"context"
 
-	"github.com/agentmbx/agentmbx/inbox"
+	"github.com/agentmbx/agentmbx/checkpoint"
 )
 
 // Steps of the daemon's relay loops, for a caller that drives them one at a time (the
 // deterministic simulation, package sim, through Host.Relay).
 
-// PullStep pulls one page from the pinned relay, processes it and acks it (inbox.Receiver.Step,
+// PullStep pulls one page from the pinned relay, processes it and acks it (checkpoint.Receiver.Step,
 // without a long poll).
-func (l *Link) PullStep(ctx context.Context) (inbox.StepResult, error) {
+func (l *Link) PullStep(ctx context.Context) (checkpoint.StepResult, error) {
 	c, err := l.Conn()
 	if err != nil {
-		return inbox.StepResult{}, err
+		return checkpoint.StepResult{}, err
 	}
-	r, err := l.Receiver(c, inbox.ReceiverOptions{})
+	r, err := l.Receiver(c, checkpoint.ReceiverOptions{})
 	if err != nil {
-		return inbox.StepResult{}, err
+		return checkpoint.StepResult{}, err
 	}
 	return r.Step(ctx)
 }

@@ -10,8 +10,7 @@ import (
 
 	"go.etcd.io/bbolt"
 
-	"github.com/agentmbx/agentmbx/host/card"
-	"github.com/agentmbx/agentmbx/inbox"
+	"github.com/agentmbx/agentmbx/checkpoint"
 	"github.com/agentmbx/agentmbx/internal/logkey"
 	"github.com/agentmbx/agentmbx/lan"
 	"github.com/agentmbx/agentmbx/mbx"
@@ -50,7 +49,7 @@ func (l lanApplier) ApplyRotation(ctx context.Context, record []byte) (bool, err
 
 // Apply applies a peer's signed rotation record (its JSON as received). The record must name a
 // pinned peer, start from its pinned host key, carry both signatures over the record, and have
-// an iat no more than card.Skew ahead of this host's clock and not before the peer's last
+// an iat no more than mbx.RotationSkew ahead of this host's clock and not before the peer's last
 // applied rotation. A record whose old and new keys are both keys of the peer's chain already
 // (a replay) is verified and answered with Applied false. A refusal wraps ErrRefused.
 func (r *Rotation) Apply(ctx context.Context, data []byte) (Applied, error) {
@@ -75,12 +74,12 @@ func (r *Rotation) Apply(ctx context.Context, data []byte) (Applied, error) {
 // transaction of its page: it is opened with this host's enc keys and applied in tx. An applied
 // notice or a replay is accepted; anything refused goes to the quarantine with its reason, and
 // nothing else changes.
-func (r *Rotation) Notice(tx *bbolt.Tx, itemID, sender string, wire []byte) (inbox.Verdict, error) {
+func (r *Rotation) Notice(tx *bbolt.Tx, itemID, sender string, wire []byte) (checkpoint.Verdict, error) {
 	signed, err := mbx.OpenRotationNotice(wire, itemID, r.c.Enc...)
 	if errors.Is(err, mbx.ErrUndecryptable) {
-		return inbox.Rejected(quarantine.CauseUndecryptable, reasonUndecryptable), nil
+		return checkpoint.Rejected(quarantine.CauseUndecryptable, reasonUndecryptable), nil
 	} else if err != nil {
-		return inbox.Rejected(quarantine.CauseMalformed, clip(err.Error(), 200)), nil
+		return checkpoint.Rejected(quarantine.CauseMalformed, clip(err.Error(), 200)), nil
 	}
 	out, released, err := r.applyTx(tx, signed, sender)
 	if errors.Is(err, ErrRefused) {
@@ -88,15 +87,15 @@ func (r *Rotation) Notice(tx *bbolt.Tx, itemID, sender string, wire []byte) (inb
 		if peers, perr := r.c.Host.Peers(tx); perr != nil || !slices.ContainsFunc(peers, func(p Peer) bool { return p.knowsKey(sender) }) {
 			cause = quarantine.CauseUnpaired
 		}
-		return inbox.Rejected(cause, clip(err.Error(), 200)), nil
+		return checkpoint.Rejected(cause, clip(err.Error(), 200)), nil
 	} else if err != nil {
-		return inbox.Verdict{}, err
+		return checkpoint.Verdict{}, err
 	}
 	tx.OnCommit(func() { r.afterApply(out, released) })
 	if !out.Applied {
-		return inbox.Duplicate(), nil
+		return checkpoint.Duplicate(), nil
 	}
-	return inbox.Accepted(), nil
+	return checkpoint.Accepted(), nil
 }
 
 // afterApply logs an applied rotation and tells the host (Repinned).
@@ -176,14 +175,14 @@ func (p Peer) knowsKey(k string) bool {
 	return k != "" && (p.HostPubkey == k || slices.Contains(p.RetiredKeys, k))
 }
 
-// checkTime: the record's iat parses, is at most card.Skew ahead of now, and is not before the
+// checkTime: the record's iat parses, is at most mbx.RotationSkew ahead of now, and is not before the
 // rotation last applied for p.
 func (p Peer) checkTime(rec mbx.RotationRecord, now time.Time) error {
 	iat := rec.IATTime()
 	if iat.IsZero() {
 		return fmt.Errorf("iat %q is not a time", clip(rec.IAT, 40))
 	}
-	if iat.After(now.Add(card.Skew)) {
+	if iat.After(now.Add(mbx.RotationSkew)) {
 		return fmt.Errorf("iat %s is ahead of this host's clock", rec.IAT)
 	}
 	if last, err := mbx.ParseISOTime(p.RotatedAt); p.RotatedAt != "" && err == nil && iat.Before(last) {

@@ -8,7 +8,7 @@ import (
 
 	"go.etcd.io/bbolt"
 
-	"github.com/agentmbx/agentmbx/inbox"
+	"github.com/agentmbx/agentmbx/checkpoint"
 	"github.com/agentmbx/agentmbx/internal/failpoint"
 	"github.com/agentmbx/agentmbx/internal/logkey"
 	"github.com/agentmbx/agentmbx/mbx"
@@ -235,7 +235,7 @@ func (r *Rotation) relayRotate(ctx context.Context, c *relayclient.Client, st *S
 // it, and opens the relay to the daemon's loops.
 func (r *Rotation) resetPosition(st *State) error {
 	err := r.update(func(tx *bbolt.Tx, st *State) error {
-		if _, _, err := r.c.Positions.In(tx).Reset(st.Relay.URL, "", inbox.ResetRotated); err != nil {
+		if _, _, err := r.c.Positions.In(tx).Reset(st.Relay.URL, "", checkpoint.ResetRotated); err != nil {
 			return err
 		}
 		st.Relay.Reset = mbx.ISOTime(r.c.Clock())

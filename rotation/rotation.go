@@ -13,7 +13,7 @@ import (
 	"go.etcd.io/bbolt"
 
 	"github.com/agentmbx/agentmbx/api"
-	"github.com/agentmbx/agentmbx/inbox"
+	"github.com/agentmbx/agentmbx/checkpoint"
 	"github.com/agentmbx/agentmbx/internal/logkey"
 	"github.com/agentmbx/agentmbx/lan"
 	"github.com/agentmbx/agentmbx/mbx"
@@ -56,7 +56,7 @@ type Config struct {
 	Home      Home
 	DB        *bbolt.DB
 	Outbox    *outbox.Store
-	Positions *inbox.Store
+	Positions *checkpoint.Store
 	Relay     *relaylink.Link
 	Name      string
 	Key       mbx.SigningKey

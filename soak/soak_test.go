@@ -19,7 +19,7 @@ import (
 	"time"
 
 	"github.com/agentmbx/agentmbx/api"
-	"github.com/agentmbx/agentmbx/internal/demo"
+	"github.com/agentmbx/agentmbx/demo"
 )
 
 // config is one soak run, from the environment (see docs/development.md "Soak", make soak).

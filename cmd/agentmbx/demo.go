@@ -9,7 +9,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/agentmbx/agentmbx/internal/demo"
+	"github.com/agentmbx/agentmbx/demo"
 )
 
 func newDemoCmd() *cobra.Command {

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/agentmbx/agentmbx/internal/demo"
+	"github.com/agentmbx/agentmbx/demo"
 )
 
 // TestE2EDemo runs `agentmbx demo` as a user does, twice: plain (the summary line, exit 0) and

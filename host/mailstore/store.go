@@ -8,7 +8,7 @@ import (
 
 	"github.com/agentmbx/agentmbx/api"
 	"github.com/agentmbx/agentmbx/host/agents"
-	"github.com/agentmbx/agentmbx/internal/boltjson"
+	"github.com/agentmbx/agentmbx/host/internal/boltjson"
 	"github.com/agentmbx/agentmbx/mbx"
 )
 

@@ -16,7 +16,7 @@ import (
 	"go.etcd.io/bbolt"
 
 	"github.com/agentmbx/agentmbx/api"
-	"github.com/agentmbx/agentmbx/internal/boltjson"
+	"github.com/agentmbx/agentmbx/host/internal/boltjson"
 	"github.com/agentmbx/agentmbx/mbx"
 )
 

@@ -1,6 +1,10 @@
 package layering
 
 import (
+	"bufio"
+	"fmt"
+	"maps"
+	"os"
 	"os/exec"
 	"slices"
 	"strings"
@@ -37,64 +41,186 @@ func loadGraph(t *testing.T) graph {
 
 func rel(p string) string { return strings.TrimPrefix(p, module+"/") }
 
-// deps is every module package pkg imports, directly or not.
-func (g graph) deps(pkg string) []string {
-	seen := map[string]bool{}
-	var walk func(string)
-	walk = func(p string) {
-		for _, d := range g[p] {
-			if !seen[d] {
-				seen[d] = true
-				walk(d)
-			}
+// pattern names a package ("host") or, ending in "/…", a folder and everything under it
+// ("relayserver/…").
+type pattern string
+
+func (p pattern) subtree() (string, bool) { return strings.CutSuffix(string(p), "/…") }
+
+func (p pattern) matches(pkg string) bool {
+	if dir, ok := p.subtree(); ok {
+		return pkg == dir || strings.HasPrefix(pkg, dir+"/")
+	}
+	return pkg == string(p)
+}
+
+// rule is one row of the package table: the packages it names and what they may import.
+type rule struct {
+	line     int
+	packages []pattern
+	mayAll   bool // "any"
+	may      []pattern
+}
+
+// specificity ranks how closely p names pkg: an exact name beats any folder, a deeper folder a
+// shallower one.
+func (p pattern) specificity() int {
+	if dir, ok := p.subtree(); ok {
+		return strings.Count(dir, "/") * 2
+	}
+	return 1000
+}
+
+// readTable parses the table under "## Packages and the direction of imports" in
+// docs/architecture.md: its first column names packages, its last what they may import, each
+// name in backquotes.
+func readTable(t *testing.T) []rule {
+	t.Helper()
+	f, err := os.Open("../../docs/architecture.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var rules []rule
+	in, n := false, 0
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		n++
+		l := sc.Text()
+		switch {
+		case strings.HasPrefix(l, "## "):
+			in = l == "## Packages and the direction of imports"
+			continue
+		case !in || !strings.HasPrefix(l, "| `"):
+			continue
 		}
+		cells := strings.Split(strings.Trim(l, "|"), "|")
+		if len(cells) != 3 {
+			t.Fatalf("architecture.md:%d: want 3 cells, got %d: %s", n, len(cells), l)
+		}
+		r := rule{line: n, packages: names(cells[0])}
+		if strings.TrimSpace(cells[2]) == "any" {
+			r.mayAll = true
+		} else {
+			r.may = names(cells[2])
+		}
+		rules = append(rules, r)
 	}
-	walk(pkg)
-	var out []string
-	for d := range seen {
-		out = append(out, d)
+	if len(rules) < 10 {
+		t.Fatalf("found %d rows in the package table of docs/architecture.md; its heading or format changed?", len(rules))
 	}
-	slices.Sort(out)
+	return rules
+}
+
+// names are the backquoted names of a cell.
+func names(cell string) []pattern {
+	var out []pattern
+	parts := strings.Split(cell, "`")
+	for i := 1; i < len(parts); i += 2 {
+		out = append(out, pattern(parts[i]))
+	}
 	return out
 }
 
-// under reports whether pkg is dir or inside it.
-func under(pkg, dir string) bool { return pkg == dir || strings.HasPrefix(pkg, dir+"/") }
-
-func TestImportsPointDown(t *testing.T) {
-	g := loadGraph(t)
-	for _, want := range []string{"host", "client", "inbox", "api", "mbx"} {
-		if _, ok := g[want]; !ok {
-			t.Fatalf("package %s is not in the module's import graph %v", want, g)
+// ruleOf is the row that names pkg most closely.
+func ruleOf(rules []rule, pkg string) (rule, bool) {
+	best, score := rule{}, -1
+	for _, r := range rules {
+		for _, p := range r.packages {
+			if p.matches(pkg) && p.specificity() > score {
+				best, score = r, p.specificity()
+			}
 		}
 	}
-	// Above host: the only packages that may import it (the command, the programs and tests that
-	// run whole hosts). Every other package, and so every package split out of host (host/...,
-	// rotation, the mail store, lan, relaylink, ...), sits below it.
-	above := []string{"cmd", "sim", "soak", "mcp", "doctor", "internal/demo"}
-	for pkg := range g {
-		deps := g.deps(pkg)
-		has := func(dir string) bool {
-			return slices.ContainsFunc(deps, func(d string) bool { return under(d, dir) })
+	return best, score >= 0
+}
+
+// TestImportsFollowTheTable checks every import of every package against its row of the table.
+func TestImportsFollowTheTable(t *testing.T) {
+	g, rules := loadGraph(t), readTable(t)
+	for _, want := range []string{"host", "client", "checkpoint", "api", "mbx", "relayserver"} {
+		if _, ok := g[want]; !ok {
+			t.Fatalf("package %s is not in the module's import graph", want)
 		}
-		if pkg != "host" && !slices.ContainsFunc(above, func(a string) bool { return under(pkg, a) }) && slices.Contains(deps, "host") {
-			t.Errorf("%s imports host, which sits above it", pkg)
+	}
+	for _, pkg := range slices.Sorted(maps.Keys(g)) {
+		r, ok := ruleOf(rules, pkg)
+		if !ok {
+			t.Errorf("%s is in no row of the package table in docs/architecture.md", pkg)
+			continue
 		}
-		switch {
-		case pkg == "host" && has("client"):
-			t.Errorf("host imports the SDK (client); the control socket's server side is host/control")
-		case pkg == "inbox" && has("relayclient"):
-			t.Errorf("inbox imports relayclient; it defines the small Relay interface it needs")
-		case (pkg == "mbx" || pkg == "api") && len(deps) > 0:
-			t.Errorf("%s imports %v; it must stand on the standard library alone", pkg, deps)
-		case (pkg == "client" || under(pkg, "host/control")) && slices.ContainsFunc(deps, func(d string) bool { return d != "api" }):
-			t.Errorf("%s imports %v; the control socket's two ends depend on api alone", pkg, deps)
-		case under(pkg, "relayserver") && slices.ContainsFunc(deps, func(d string) bool {
-			return !under(d, "relayserver") && d != "mbx" && !under(d, "internal")
-		}):
-			t.Errorf("%s imports %v; the relay shares only mbx with the host side", pkg, deps)
-		case under(pkg, "host") && has("relayserver"):
-			t.Errorf("%s imports relayserver; the host talks to a relay only over HTTP", pkg)
+		if r.mayAll {
+			continue
 		}
+		for _, imp := range g[pkg] {
+			if !slices.ContainsFunc(r.may, func(p pattern) bool { return p.matches(imp) }) {
+				t.Errorf("%s imports %s; its row (docs/architecture.md:%d) allows %v", pkg, imp, r.line, r.may)
+			}
+		}
+	}
+}
+
+// TestNoFolderCycle: no two top-level folders import each other, directly or through others.
+func TestNoFolderCycle(t *testing.T) {
+	g := loadGraph(t)
+	top := func(p string) string { f, _, _ := strings.Cut(p, "/"); return f }
+	folders := map[string]map[string]bool{}
+	for pkg, imps := range g {
+		a := top(pkg)
+		if folders[a] == nil {
+			folders[a] = map[string]bool{}
+		}
+		for _, imp := range imps {
+			if b := top(imp); b != a {
+				folders[a][b] = true
+			}
+		}
+	}
+	for _, a := range slices.Sorted(maps.Keys(folders)) {
+		if path := findPath(folders, a, a); path != nil {
+			t.Errorf("import cycle between top-level folders: %s", strings.Join(path, " → "))
+		}
+	}
+}
+
+// findPath is a path of folder imports from from back to to, or nil.
+func findPath(folders map[string]map[string]bool, from, to string) []string {
+	seen := map[string]bool{}
+	var walk func(string) []string
+	walk = func(f string) []string {
+		for _, next := range slices.Sorted(maps.Keys(folders[f])) {
+			if next == to {
+				return []string{f, next}
+			}
+			if !seen[next] {
+				seen[next] = true
+				if rest := walk(next); rest != nil {
+					return append([]string{f}, rest...)
+				}
+			}
+		}
+		return nil
+	}
+	return walk(from)
+}
+
+// TestTheTableCatches: the check refuses an import its row does not name, and a package no row
+// names, so it cannot pass vacuously.
+func TestTheTableCatches(t *testing.T) {
+	rules := readTable(t)
+	r, ok := ruleOf(rules, "mbx")
+	if !ok || r.mayAll || len(r.may) != 0 {
+		t.Fatalf("mbx's row = %+v, %v; want one that allows nothing", r, ok)
+	}
+	r, _ = ruleOf(rules, "relayserver/sqlitestore")
+	if slices.ContainsFunc(r.may, func(p pattern) bool { return p.matches("host") || p.matches("relaylink") }) {
+		t.Errorf("relayserver/sqlitestore may import the host side: %v", r.may)
+	}
+	if _, ok := ruleOf(rules, "nosuchpackage"); ok {
+		t.Errorf("a package the table does not name matched a row")
+	}
+	cyc := map[string]map[string]bool{"host": {"rotation": true}, "rotation": {"host": true}}
+	if p := findPath(cyc, "host", "host"); fmt.Sprint(p) != "[host rotation host]" {
+		t.Errorf("findPath on a two-folder cycle = %v", p)
 	}
 }

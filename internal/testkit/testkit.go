@@ -1,7 +1,7 @@
 // Package testkit holds what the module's tests share: a fake clock, seeded randomness, a
 // buffer that several goroutines may write, a bbolt store in a temporary directory, runners for
 // child processes (crash drills that SIGKILL a child at a failpoint, and servers that write
-// their address to a file), and, in testkit/testrelay, a real relay in process.
+// their address to a file). A real relay in process is relayserver/relaytest.
 //
 // It is imported only by tests. It never sleeps to wait for wall-clock time to pass in what it
 // asserts; the waits it has are bounded polls for a child to be ready.
@@ -80,4 +80,13 @@ func BoltDB(t testing.TB, buckets ...[]byte) *bbolt.DB {
 		t.Fatal(err)
 	}
 	return db
+}
+
+// Map applies f to each element of xs, in order (nil for none).
+func Map[T, U any](xs []T, f func(T) U) []U {
+	var out []U
+	for _, x := range xs {
+		out = append(out, f(x))
+	}
+	return out
 }

@@ -1,4 +1,4 @@
-package inbox
+package checkpoint
 
 import (
 	"context"
@@ -134,10 +134,10 @@ type Store struct {
 // quarantine in the same database. db stays the caller's.
 func Open(db *bbolt.DB, q *quarantine.Store, opts *Options) (*Store, error) {
 	if db == nil || q == nil {
-		return nil, fmt.Errorf("inbox: open: %w: nil database or quarantine", ErrInvalid)
+		return nil, fmt.Errorf("checkpoint: open: %w: nil database or quarantine", ErrInvalid)
 	}
 	if q.DB() != db {
-		return nil, fmt.Errorf("inbox: open: %w: the quarantine lives in another database", ErrInvalid)
+		return nil, fmt.Errorf("checkpoint: open: %w: the quarantine lives in another database", ErrInvalid)
 	}
 	s := &Store{db: db, q: q, clock: time.Now, logger: slog.Default()}
 	if opts != nil {
@@ -165,7 +165,7 @@ func Open(db *bbolt.DB, q *quarantine.Store, opts *Options) (*Store, error) {
 		})
 	}
 	if err != nil {
-		return nil, fmt.Errorf("inbox: open: %w", err)
+		return nil, fmt.Errorf("checkpoint: open: %w", err)
 	}
 	return s, nil
 }
@@ -272,11 +272,11 @@ func checkEpoch(epoch string) error {
 // (epoch "", received_through 0).
 func (t *Tx) Position(relay string) (Position, error) {
 	if err := checkRelay(relay); err != nil {
-		return Position{}, fmt.Errorf("inbox: position: %w", err)
+		return Position{}, fmt.Errorf("checkpoint: position: %w", err)
 	}
 	b, err := bucket(t.tx)
 	if err != nil {
-		return Position{}, fmt.Errorf("inbox: position: %w", err)
+		return Position{}, fmt.Errorf("checkpoint: position: %w", err)
 	}
 	return decodePosition(relay, b.Get([]byte(relay)))
 }
@@ -287,10 +287,10 @@ func decodePosition(relay string, v []byte) (Position, error) {
 		return p, nil
 	}
 	if err := json.Unmarshal(v, &p); err != nil {
-		return Position{}, fmt.Errorf("inbox: position of %s: %w: %v", relay, ErrCorrupt, err)
+		return Position{}, fmt.Errorf("checkpoint: position of %s: %w: %v", relay, ErrCorrupt, err)
 	}
 	if p.ReceivedThrough < 0 || (p.Epoch == "" && p.ReceivedThrough != 0) {
-		return Position{}, fmt.Errorf("inbox: position of %s: %w: epoch %q through %d", relay, ErrCorrupt, p.Epoch, p.ReceivedThrough)
+		return Position{}, fmt.Errorf("checkpoint: position of %s: %w: epoch %q through %d", relay, ErrCorrupt, p.Epoch, p.ReceivedThrough)
 	}
 	p.Relay = relay
 	return p, nil
@@ -300,7 +300,7 @@ func decodePosition(relay string, v []byte) (Position, error) {
 func (t *Tx) Positions() ([]Position, error) {
 	b, err := bucket(t.tx)
 	if err != nil {
-		return nil, fmt.Errorf("inbox: positions: %w", err)
+		return nil, fmt.Errorf("checkpoint: positions: %w", err)
 	}
 	out := []Position{}
 	err = b.ForEach(func(k, v []byte) error {
@@ -341,18 +341,18 @@ func (t *Tx) put(p Position) error {
 // true also re-push their relay-accepted rows (docs/design.md: Epochs, restarts and restores).
 func (t *Tx) Reset(relay, epoch string, why ResetReason) (p Position, changed bool, err error) {
 	if err := checkRelay(relay); err != nil {
-		return Position{}, false, fmt.Errorf("inbox: reset: %w", err)
+		return Position{}, false, fmt.Errorf("checkpoint: reset: %w", err)
 	}
 	if !why.Valid() {
-		return Position{}, false, fmt.Errorf("inbox: reset %s: %w: reason %d", relay, ErrInvalid, uint8(why))
+		return Position{}, false, fmt.Errorf("checkpoint: reset %s: %w: reason %d", relay, ErrInvalid, uint8(why))
 	}
 	if epoch != "" {
 		if err := checkEpoch(epoch); err != nil {
-			return Position{}, false, fmt.Errorf("inbox: reset %s: %w", relay, err)
+			return Position{}, false, fmt.Errorf("checkpoint: reset %s: %w", relay, err)
 		}
 	}
 	if !t.tx.Writable() {
-		return Position{}, false, fmt.Errorf("inbox: reset %s: %w", relay, ErrReadOnly)
+		return Position{}, false, fmt.Errorf("checkpoint: reset %s: %w", relay, ErrReadOnly)
 	}
 	p, err = t.Position(relay)
 	if err != nil {
@@ -366,7 +366,7 @@ func (t *Tx) Reset(relay, epoch string, why ResetReason) (p Position, changed bo
 	}
 	p = p.reset(epoch, why, t.clock())
 	if err := t.put(p); err != nil {
-		return Position{}, false, fmt.Errorf("inbox: reset %s: %w", relay, err)
+		return Position{}, false, fmt.Errorf("checkpoint: reset %s: %w", relay, err)
 	}
 	return p, true, nil
 }

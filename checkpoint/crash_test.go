@@ -1,6 +1,6 @@
 //go:build unix
 
-package inbox
+package checkpoint
 
 import (
 	"context"
@@ -22,8 +22,8 @@ const (
 	envChildDB       = "MBX_INBOX_CRASH_DB"
 	envChildRelay    = "MBX_INBOX_CRASH_RELAY"
 	envChildRelayKey = "MBX_INBOX_CRASH_RELAY_KEY"
-	envChildAlpha    = "MBX_INBOX_CRASH_ALPHA" // alpha's host key: beta's only peer
-	failMidPage      = "inbox.test.mid-page"   // in the child's handler, before its third item
+	envChildAlpha    = "MBX_INBOX_CRASH_ALPHA"    // alpha's host key: beta's only peer
+	failMidPage      = "checkpoint.test.mid-page" // in the child's handler, before its third item
 )
 
 // TestCrashChild is the child process; it does nothing in a normal test run.

@@ -1,7 +1,7 @@
-// Package testrelay runs a real relay (relayserver over a SQLite store in a temporary directory)
-// inside the test process, on 127.0.0.1, for the host side's tests, and makes hosts with their
-// relay clients (NewClient).
-package testrelay
+// Package relaytest runs a real relay (relayserver over a SQLite store in a temporary directory)
+// inside the test process, on 127.0.0.1, for the host side's tests, and makes the keys of the
+// hosts that use it (HostKeys).
+package relaytest
 
 import (
 	"context"
@@ -11,7 +11,6 @@ import (
 
 	"github.com/agentmbx/agentmbx/internal/testkit"
 	"github.com/agentmbx/agentmbx/mbx"
-	"github.com/agentmbx/agentmbx/relayclient"
 	"github.com/agentmbx/agentmbx/relayserver"
 	"github.com/agentmbx/agentmbx/relayserver/sqlitestore"
 )
@@ -47,17 +46,8 @@ func Start(t testing.TB, seed uint64, opts relayserver.Options) *Relay {
 	return &Relay{URL: ts.URL, Key: key, Store: st, Server: srv}
 }
 
-// Client is a host on a relay: its name, its keys and its relay client.
-type Client struct {
-	Name   string
-	Key    mbx.SigningKey
-	Enc    mbx.EncKey
-	Client *relayclient.Client
-}
-
-// NewClient makes a host's host key from keyRand and enc key from encRand, and its relay client
-// for pin with opts (nil: relayclient's defaults).
-func NewClient(t testing.TB, pin relayclient.Pin, name string, keyRand, encRand io.Reader, opts *relayclient.Options) *Client {
+// HostKeys makes a host's host key from keyRand and its enc key from encRand.
+func HostKeys(t testing.TB, keyRand, encRand io.Reader) (mbx.SigningKey, mbx.EncKey) {
 	t.Helper()
 	k, err := mbx.GenerateSigningKey(keyRand)
 	if err != nil {
@@ -67,9 +57,5 @@ func NewClient(t testing.TB, pin relayclient.Pin, name string, keyRand, encRand 
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := relayclient.New(pin, name, k, opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &Client{Name: name, Key: k, Enc: e, Client: c}
+	return k, e
 }

@@ -1,4 +1,4 @@
-package inbox
+package checkpoint
 
 import (
 	"context"
@@ -17,7 +17,7 @@ import (
 // Failpoints of the Receiver (see package failpoint; MBX_FAILPOINT in crash tests).
 const (
 	// FailAfterCommitBeforeAck fires after a page's checkpoint committed, before the ack.
-	FailAfterCommitBeforeAck = "inbox.after-commit-before-ack"
+	FailAfterCommitBeforeAck = "checkpoint.after-commit-before-ack"
 )
 
 // Relay is the relay a Receiver pulls from. Its errors tell the Receiver what the relay answered
@@ -145,10 +145,10 @@ type Receiver struct {
 // positions and the quarantine use, normally the relay's URL).
 func (s *Store) NewReceiver(relay string, src Relay, h Handler, opts *ReceiverOptions) (*Receiver, error) {
 	if err := checkRelay(relay); err != nil {
-		return nil, fmt.Errorf("inbox: new receiver: %w", err)
+		return nil, fmt.Errorf("checkpoint: new receiver: %w", err)
 	}
 	if src == nil || h == nil {
-		return nil, fmt.Errorf("inbox: new receiver: %w: nil relay or handler", ErrInvalid)
+		return nil, fmt.Errorf("checkpoint: new receiver: %w: nil relay or handler", ErrInvalid)
 	}
 	r := &Receiver{s: s, relay: relay, src: src, h: h, log: s.logger, kick: make(chan struct{}, 1)}
 	if opts != nil {
@@ -156,7 +156,7 @@ func (s *Store) NewReceiver(relay string, src Relay, h Handler, opts *ReceiverOp
 	}
 	o := &r.opt
 	if o.Limit < 0 || o.Wait < 0 || o.Idle < 0 || o.MinBackoff < 0 || o.MaxBackoff < 0 {
-		return nil, fmt.Errorf("inbox: new receiver: %w: negative option", ErrInvalid)
+		return nil, fmt.Errorf("checkpoint: new receiver: %w: negative option", ErrInvalid)
 	}
 	if o.Idle == 0 {
 		o.Idle = DefaultIdle
@@ -254,7 +254,7 @@ func (r *Receiver) Step(ctx context.Context) (StepResult, error) {
 			st := StepResult{}
 			return st, r.reset(ctx, &st, epoch, ResetEpochChanged)
 		}
-		return StepResult{}, fmt.Errorf("inbox: pull from %s: %w", r.relay, err)
+		return StepResult{}, fmt.Errorf("checkpoint: pull from %s: %w", r.relay, err)
 	}
 	st := StepResult{Pulled: len(page.Items), Waited: r.opt.Wait > 0 && r.opt.Clock().Sub(start) >= r.opt.Wait/2}
 	res, perr := r.s.ProcessPage(ctx, r.relay, req.After, page, r.h)
@@ -295,7 +295,7 @@ func (r *Receiver) ack(ctx context.Context, st *StepResult, p Position) error {
 	case errors.Is(err, ErrKeyChanged):
 		return err
 	default:
-		st.AckErr = fmt.Errorf("inbox: ack %s through %d: %w", r.relay, p.ReceivedThrough, err)
+		st.AckErr = fmt.Errorf("checkpoint: ack %s through %d: %w", r.relay, p.ReceivedThrough, err)
 		r.log.Warn("relay ack failed; the next pull repeats", logkey.Relay, r.relay, logkey.Through, p.ReceivedThrough, logkey.Err, err)
 		return nil
 	}

@@ -1,4 +1,4 @@
-package inbox
+package checkpoint
 
 import (
 	"context"
@@ -11,11 +11,11 @@ import (
 
 	"go.etcd.io/bbolt"
 
-	"github.com/agentmbx/agentmbx/internal/testkit/testrelay"
 	"github.com/agentmbx/agentmbx/mbx"
 	"github.com/agentmbx/agentmbx/quarantine"
 	"github.com/agentmbx/agentmbx/relayclient"
 	"github.com/agentmbx/agentmbx/relayserver"
+	"github.com/agentmbx/agentmbx/relayserver/relaytest"
 )
 
 // These tests run the Receiver against the real relay on 127.0.0.1 with real clocks.
@@ -43,14 +43,18 @@ func (r clientRelay) Ack(ctx context.Context, epoch string, through int64) (mbx.
 
 func startRelay(t *testing.T) relayclient.Pin {
 	t.Helper()
-	r := testrelay.Start(t, 1, relayserver.Options{})
+	r := relaytest.Start(t, 1, relayserver.Options{})
 	return relayclient.Pin{URL: r.URL, RelayKey: r.Key.PublicKey()}
 }
 
 func makeHost(t testing.TB, pin relayclient.Pin, name string, n uint64) *testHost {
 	t.Helper()
-	c := testrelay.NewClient(t, pin, name, seeded(100+n), seeded(200+n), &relayclient.Options{Timeout: 30 * time.Second, Logger: quiet()})
-	return &testHost{name: name, key: c.Key, enc: c.Enc, c: c.Client}
+	k, e := relaytest.HostKeys(t, seeded(100+n), seeded(200+n))
+	c, err := relayclient.New(pin, name, k, &relayclient.Options{Timeout: 30 * time.Second, Logger: quiet()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &testHost{name: name, key: k, enc: e, c: c}
 }
 
 func (h *testHost) enrol(t testing.TB) {

@@ -1,4 +1,4 @@
-package inbox
+package checkpoint
 
 import (
 	"context"
@@ -117,16 +117,16 @@ func (r Result) Done() int { return r.Accepted + r.Duplicates + r.Quarantined }
 // before it, and the error wraps ErrHandler and the handler's error.
 func (s *Store) ProcessPage(ctx context.Context, relay string, after int64, page mbx.PullResponse, h Handler) (Result, error) {
 	if err := checkRelay(relay); err != nil {
-		return Result{}, fmt.Errorf("inbox: process page: %w", err)
+		return Result{}, fmt.Errorf("checkpoint: process page: %w", err)
 	}
 	if err := checkEpoch(page.Epoch); err != nil {
-		return Result{}, fmt.Errorf("inbox: process page of %s: %w", relay, err)
+		return Result{}, fmt.Errorf("checkpoint: process page of %s: %w", relay, err)
 	}
 	if after < 0 {
-		return Result{}, fmt.Errorf("inbox: process page of %s: %w: after %d", relay, ErrInvalid, after)
+		return Result{}, fmt.Errorf("checkpoint: process page of %s: %w: after %d", relay, ErrInvalid, after)
 	}
 	if h == nil {
-		return Result{}, fmt.Errorf("inbox: process page of %s: %w: nil handler", relay, ErrInvalid)
+		return Result{}, fmt.Errorf("checkpoint: process page of %s: %w: nil handler", relay, ErrInvalid)
 	}
 	if err := ctx.Err(); err != nil {
 		return Result{}, err
@@ -206,7 +206,7 @@ func (s *Store) process(tx *bbolt.Tx, relay string, after int64, page mbx.PullRe
 	}
 	if after > pos.ReceivedThrough {
 		if res.Reset == 0 {
-			return Result{}, 0, nil, fmt.Errorf("inbox: process page of %s: %w: pulled after %d, position %d",
+			return Result{}, 0, nil, fmt.Errorf("checkpoint: process page of %s: %w: pulled after %d, position %d",
 				relay, ErrStalePage, after, pos.ReceivedThrough)
 		}
 		items = nil // pulled from the old position: nothing on this page may be used
@@ -220,7 +220,7 @@ func (s *Store) process(tx *bbolt.Tx, relay string, after int64, page mbx.PullRe
 		it := Item{Relay: relay, Epoch: page.Epoch, Seq: pi.Seq, Kind: pi.Kind, ItemID: pi.ItemID, Sender: pi.SenderPubkey}
 		v, herr := s.handle(tx, &it, pi, h)
 		if herr != nil {
-			return res, i, fmt.Errorf("inbox: %s seq %d (%s %s): %w: %w", relay, pi.Seq, pi.Kind, pi.ItemID, ErrHandler, herr), nil
+			return res, i, fmt.Errorf("checkpoint: %s seq %d (%s %s): %w: %w", relay, pi.Seq, pi.Kind, pi.ItemID, ErrHandler, herr), nil
 		}
 		switch v.Outcome {
 		case OutcomeAccepted:
@@ -237,7 +237,7 @@ func (s *Store) process(tx *bbolt.Tx, relay string, after int64, page mbx.PullRe
 				Sender: pi.SenderPubkey, Cause: v.Cause, Reason: v.Reason, Wire: it.Wire, At: now,
 			})
 			if qerr != nil {
-				return res, i, fmt.Errorf("inbox: %s seq %d (%s %s): %w", relay, pi.Seq, pi.Kind, pi.ItemID, qerr), nil
+				return res, i, fmt.Errorf("checkpoint: %s seq %d (%s %s): %w", relay, pi.Seq, pi.Kind, pi.ItemID, qerr), nil
 			}
 			res.Quarantined++
 		}
@@ -245,7 +245,7 @@ func (s *Store) process(tx *bbolt.Tx, relay string, after int64, page mbx.PullRe
 	}
 	if changed {
 		if err := t.put(pos); err != nil {
-			return Result{}, 0, nil, fmt.Errorf("inbox: process page of %s: %w", relay, err)
+			return Result{}, 0, nil, fmt.Errorf("checkpoint: process page of %s: %w", relay, err)
 		}
 	}
 	res.Position = pos

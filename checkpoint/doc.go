@@ -1,4 +1,4 @@
-// Package inbox is the receiving side of a relay (docs/design.md: Receive checkpoint and ack,
+// Package checkpoint is the receiving side of a relay (docs/design.md: Receive checkpoint and ack,
 // Epochs, restarts and restores): it takes pulled pages, hands their items to the host strictly in
 // seq order, quarantines what the host rejects, and keeps the receive checkpoint — per relay,
 // (epoch, received_through) — so that a crash, a repeated page or a relay restore never loses or
@@ -47,4 +47,4 @@
 //
 // Positions live in the host's bbolt file under the top-level bucket "relay-positions"; rejected
 // items under the quarantine package's bucket.
-package inbox
+package checkpoint
