@@ -168,19 +168,33 @@ func TestLANHeadersCheckedBeforeTheBody(t *testing.T) {
 func TestLANBodyBudget(t *testing.T) {
 	t.Parallel()
 	w := newLAN(t, lan.ServerOptions{BodyBudget: 1 << 20})
-	// Holders that pass the header checks (a paired name, a fresh timestamp) and never send the
-	// 400 KiB they declare: two fit under 7/8 of the budget, the third is refused unread.
-	w.hold("alpha", t0, 400<<10)
-	w.hold("alpha", t0, 400<<10)
+	// Holders that pass the header checks (a paired name, a fresh timestamp) and declare 1 MiB
+	// hold nothing while only their headers have come.
+	for range 10 {
+		w.hold("alpha", t0, 1<<20)
+	}
+	if code := w.send(); code != 200 || w.srv.BodyBytesInFlight() != 0 {
+		t.Fatalf("paired peer while header-only holders wait = %d, budget in use %d", code, w.srv.BodyBytesInFlight())
+	}
+	// Bytes that arrive are charged (256 KiB of buffer for 200 KiB): three holders fit under 7/8 of
+	// the budget, a fourth is refused once its buffer would pass it.
+	for range 3 {
+		c, _ := w.hold("alpha", t0, 1<<20)
+		if _, err := c.Write(bytes.Repeat([]byte{' '}, 200<<10)); err != nil {
+			t.Fatal(err)
+		}
+	}
 	for range 3000 {
-		if w.srv.BodyBytesInFlight() == 800<<10 {
+		if w.srv.BodyBytesInFlight() >= 3*(200<<10) {
 			break
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	c, br := w.hold("alpha", t0, 400<<10)
+	c, br := w.hold("alpha", t0, 1<<20)
+	_ = c.SetWriteDeadline(time.Now().Add(30 * time.Second))
+	_, _ = c.Write(bytes.Repeat([]byte{' '}, 200<<10)) // the server may answer and close before all of it
 	if code := answer(t, c, br); code != 503 {
-		t.Fatalf("third holder = %d, want 503", code)
+		t.Fatalf("fourth holder = %d, want 503", code)
 	}
 	if code := w.send(); code != 200 {
 		t.Fatalf("paired peer while the budget is held = %d", code)

@@ -57,7 +57,7 @@ func (s *Server) handleRotate(w http.ResponseWriter, r *http.Request, a Rotation
 		lanError(w, http.StatusTooManyRequests, "too many rotation calls, retry later")
 		return
 	}
-	body, err := bodylimit.Read(w, r, mbx.RelaySmallBodyMax, ticketOf(r))
+	body, err := bodylimit.Read(w, r, mbx.RelaySmallBodyMax, ticketOf(r), nil)
 	switch {
 	case errors.Is(err, bodylimit.ErrTooLarge):
 		s.refused.note("", r.URL.Path, "rotation body too large")

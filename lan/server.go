@@ -44,8 +44,9 @@ type ServerOptions struct {
 	Version string           // reported on GET /v2/status
 	// MaxConns caps the connections served at once (Limit). Default DefaultMaxConns.
 	MaxConns int
-	// BodyBudget caps the body bytes in flight across requests (Handler); past it requests get
-	// 503 before their body is read. Default DefaultBodyBudget.
+	// BodyBudget caps the body bytes in flight across requests (Handler), counted as they
+	// arrive; past it requests get 503 and the rest of their body is not read. Default
+	// DefaultBodyBudget.
 	BodyBudget int64
 	// RotationsPerSecond and RotationBurst bound POST /v1/rotate, which has no hop to check
 	// first: past them it answers 429 before reading the body. Defaults
@@ -147,7 +148,7 @@ func (s *Server) authHop(w http.ResponseWriter, r *http.Request) (outbox.Peer, [
 	if !ok {
 		return refuse(http.StatusUnauthorized, "host not paired")
 	}
-	body, err := bodylimit.Read(w, r, mbx.MaxLANBody, ticketOf(r))
+	body, err := bodylimit.Read(w, r, mbx.MaxLANBody, ticketOf(r), nil)
 	switch {
 	case errors.Is(err, bodylimit.ErrTooLarge):
 		return refuse(http.StatusRequestEntityTooLarge, fmt.Sprintf("body over %d bytes", mbx.MaxLANBody))

@@ -61,6 +61,13 @@ func (r *relay) hold(t *testing.T, h *host, path string, length int64, xff strin
 	return &holder{t: t, conn: conn, br: bufio.NewReader(conn)}
 }
 
+// trySend writes n filler bytes of the body, or as many as the relay reads before it answers and
+// closes.
+func (c *holder) trySend(n int) {
+	_ = c.conn.SetWriteDeadline(time.Now().Add(ioDeadline))
+	_, _ = c.conn.Write([]byte(strings.Repeat(" ", n)))
+}
+
 // answer reads the response the relay sent without waiting for the body.
 func (c *holder) answer() *http.Response {
 	c.t.Helper()
@@ -127,40 +134,91 @@ func TestHopHeadersCheckedBeforeTheBody(t *testing.T) {
 	}
 }
 
-// Finding 1: declared lengths count against the relay-wide budget before anything is read; past
-// it requests get 503 with Retry-After, small requests keep a reserve, and everything comes back
-// when the holders go.
-func TestBodyBudgetRefusesBeforeReading(t *testing.T) {
+// Finding 1 (issue 25 finding 4): a request holds budget only for the bytes that arrived, never
+// for its declared length, and within the shares of its client address and of the key it names:
+// header-only holders hold nothing, one address or requests naming one key cannot spend the
+// budget, small requests keep a reserve, and everything comes back when the holders go.
+func TestBodyBudgetHoldsOnlyWhatArrived(t *testing.T) {
+	t.Parallel()
+	r, a, b, _ := setup(t, func(o *relayserver.Options) {
+		o.BodyBudget = 1 << 20 // shares: 256 KiB an address or a named key
+		o.TrustProxy = relayserver.TrustXFF
+		o.MaxPerClient = 100
+	})
+	// Fifty holders naming b, each declaring 8 MiB, send their headers only: nothing is held.
+	for range 50 {
+		r.hold(t, &b, "/v2/relay/items", 8<<20-1, "198.51.100.7")
+	}
+	waitFor(t, "the holders in flight", func() bool { return r.srv.RequestsInFlight("198.51.100.7") == 50 })
+	if got := r.srv.BodyBytesInFlight(); got != 0 {
+		t.Fatalf("header-only holders hold %d budget bytes", got)
+	}
+	if st := statuses(r.push(a, envItem("01KKNTQ69NA67N0QBPXKXFN502", b))); st[0] != "accepted" {
+		t.Fatalf("push while header-only holders wait = %v", st)
+	}
+	// Bytes that arrive are charged, within the address's share: a second body of the same
+	// address is refused once it would pass the share, and says when to retry.
+	h := r.hold(t, &b, "/v2/relay/items", 8<<20-1, "198.51.100.8")
+	h.send(200 << 10)
+	waitFor(t, "200 KiB charged", func() bool { return r.srv.BodyShareInFlight("addr 198.51.100.8") >= 200<<10 })
+	over := r.hold(t, &b, "/v2/relay/items", 8<<20-1, "198.51.100.8")
+	over.trySend(200 << 10)
+	if resp := over.answer(); resp.StatusCode != 503 || resp.Header.Get("Retry-After") == "" {
+		t.Fatalf("past the address's share = %d Retry-After %q, want 503 with Retry-After", resp.StatusCode, resp.Header.Get("Retry-After"))
+	}
+	// Requests naming b from other addresses share b's quarter: past it they are refused too.
+	other := r.hold(t, &b, "/v2/relay/items", 8<<20-1, "198.51.100.9")
+	other.trySend(200 << 10)
+	if resp := other.answer(); resp.StatusCode != 503 {
+		t.Fatalf("past the named key's share = %d, want 503", resp.StatusCode)
+	}
+	if got := r.srv.BodyShareInFlight("key " + b.pub()); got > 256<<10 {
+		t.Fatalf("requests naming b hold %d, over their share", got)
+	}
+	// Everyone else is served meanwhile: a push and an ack from a (another key, another address).
+	if st := statuses(r.push(a, envItem("01KKNTQ69NA67N0QBPXKXFN503", b))); st[0] != "accepted" {
+		t.Fatalf("push while the shares are held = %v", st)
+	}
+	head := r.pull(a, 0).HeadSeq
+	if code, out := r.call(&a, "POST", "/v2/relay/ack", mustJSON(t, mbx.AckRequest{Epoch: r.srv.Epoch(), Through: head})); code != 200 {
+		t.Fatalf("ack while the shares are held = %d %s", code, out)
+	}
+	h.conn.Close()
+	waitFor(t, "budget returned", func() bool { return r.srv.BodyBytesInFlight() == 0 })
+	if st := statuses(r.push(b, envItem("01KKNTQ69NA67N0QBPXKXFN504", a))); st[0] != "accepted" {
+		t.Fatalf("b's push after the holders left = %v", st)
+	}
+}
+
+// The reserve: bodies past SmallBody leave the last eighth of the budget to small requests.
+func TestBodyBudgetReserveForSmallBodies(t *testing.T) {
 	t.Parallel()
 	r, a, b, _ := setup(t, func(o *relayserver.Options) {
 		o.BodyBudget = 1 << 20
 		o.TrustProxy = relayserver.TrustXFF
 	})
-	// Holders from many addresses, each declaring 250 KiB: three fit under 7/8 of 1 MiB.
+	// Seven hosts at seven addresses send 120 KiB each (128 KiB charged): 7/8 of the budget.
 	var held []*holder
-	for i := range 3 {
-		held = append(held, r.hold(t, &a, "/v2/relay/items", 250<<10, fmt.Sprintf("198.51.100.%d", i)))
+	for i := range 7 {
+		hi := newHost(t, fmt.Sprintf("h%d", i), uint64(100+i))
+		r.enrol(hi)
+		h := r.hold(t, &hi, "/v2/relay/items", 8<<20-1, fmt.Sprintf("2001:db8:%d::1", i+1))
+		h.send(120 << 10)
+		held = append(held, h)
 	}
-	waitFor(t, "three holders reserved", func() bool { return r.srv.BodyBytesInFlight() == 3*250<<10 })
-	over := r.hold(t, &a, "/v2/relay/items", 250<<10, "198.51.100.9").answer()
-	if over.StatusCode != 503 || over.Header.Get("Retry-After") == "" {
-		t.Fatalf("over the budget = %d Retry-After %q, want 503 with Retry-After", over.StatusCode, over.Header.Get("Retry-After"))
+	waitFor(t, "7/8 of the budget held", func() bool { return r.srv.BodyBytesInFlight() >= 7*(128<<10)-7*512 })
+	big := r.hold(t, &a, "/v2/relay/items", 8<<20-1, "2001:db8:99::1")
+	big.trySend(100 << 10)
+	if resp := big.answer(); resp.StatusCode != 503 {
+		t.Fatalf("a large body into the reserve = %d, want 503", resp.StatusCode)
 	}
-	// A small push and an ack still fit in the reserve.
-	if st := statuses(r.push(b, envItem("01KKNTQ69NA67N0QBPXKXFN502", a))); st[0] != "accepted" {
-		t.Fatalf("small push while the budget is held = %v", st)
-	}
-	head := r.pull(a, 0).HeadSeq
-	if code, out := r.call(&a, "POST", "/v2/relay/ack", mustJSON(t, mbx.AckRequest{Epoch: r.srv.Epoch(), Through: head})); code != 200 {
-		t.Fatalf("ack while the budget is held = %d %s", code, out)
+	if st := statuses(r.push(a, envItem("01KKNTQ69NA67N0QBPXKXFN505", b))); st[0] != "accepted" {
+		t.Fatalf("small push while 7/8 is held = %v", st)
 	}
 	for _, h := range held {
 		h.conn.Close()
 	}
 	waitFor(t, "budget returned", func() bool { return r.srv.BodyBytesInFlight() == 0 })
-	if st := statuses(r.push(b, envItem("01KKNTQ69NA67N0QBPXKXFN503", a))); st[0] != "accepted" {
-		t.Fatalf("push after the holders left = %v", st)
-	}
 }
 
 // Finding 1: a body of undeclared length is charged as its buffer grows, and refused once the
@@ -199,7 +257,7 @@ func TestRequestsInFlightPerAddress(t *testing.T) {
 	})
 	r.hold(t, &a, "/v2/relay/items", 1000, "2001:db8:1:1::1")
 	r.hold(t, &a, "/v2/relay/items", 1000, "2001:db8:1:1::2") // the same /64
-	waitFor(t, "two holders reserved", func() bool { return r.srv.BodyBytesInFlight() == 2000 })
+	waitFor(t, "two holders in flight", func() bool { return r.srv.RequestsInFlight("2001:db8:1:1::/64") == 2 })
 	third := r.hold(t, &a, "/v2/relay/items", 1000, "2001:db8:1:1::3").answer()
 	if third.StatusCode != 503 || third.Header.Get("Retry-After") == "" {
 		t.Fatalf("third request of the /64 = %d, want 503 with Retry-After", third.StatusCode)

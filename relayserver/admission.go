@@ -10,8 +10,9 @@ import (
 )
 
 // admit runs every request that may carry a body (anything but GET and HEAD) under the
-// per-address limit of requests in flight and gives it a ticket on the body budget, returned when
-// the handler is done. A client over its limit gets 503 with Retry-After before anything is read.
+// per-address limit of requests in flight and gives it a ticket on the body budget, with its
+// shares (budgetShares), returned when the handler is done. A client over its limit gets 503 with
+// Retry-After before anything is read.
 func (s *Server) admit(w http.ResponseWriter, r *http.Request, st *reqState) {
 	if r.Method == http.MethodGet || r.Method == http.MethodHead {
 		s.mux.ServeHTTP(w, r)
@@ -24,7 +25,7 @@ func (s *Server) admit(w http.ResponseWriter, r *http.Request, st *reqState) {
 		return
 	}
 	defer s.inflight.release(ck)
-	st.ticket = s.budget.Ticket()
+	st.ticket = s.budget.Ticket(s.budgetShares(r)...)
 	defer st.ticket.Release()
 	s.mux.ServeHTTP(w, r)
 }
@@ -127,7 +128,7 @@ func (s *Server) authenticate(r *http.Request, body []byte) (Enrolment, error) {
 func (s *Server) signedBody(w http.ResponseWriter, r *http.Request, max int64) (caller Enrolment, body []byte, ok bool) {
 	c, err := s.checkHopHeaders(r)
 	if err == nil {
-		body, err = readBody(w, r, max)
+		body, err = readBody(w, r, max, nil)
 	}
 	if err == nil {
 		caller, err = s.verify(r, c, body)

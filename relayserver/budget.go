@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strings"
 	"sync"
 
 	"github.com/agentmbx/agentmbx/internal/bodylimit"
@@ -65,17 +66,64 @@ func (f *inflight) release(key string) {
 }
 
 // readBody reads the whole body of r within the request's ticket on the body budget
-// (bodylimit.Read): over max it is ErrTooLarge, over the budget ErrBusy (before anything is read
-// when the length is declared).
-func readBody(w http.ResponseWriter, r *http.Request, max int64) ([]byte, error) {
-	body, err := bodylimit.Read(w, r, max, ticketOf(r.Context()))
+// (bodylimit.Read): over max it is ErrTooLarge, past the budget or one of the request's shares of
+// it ErrBusy (the rest unread). sc, when not nil, watches the bytes as they arrive and may refuse
+// the body before the rest is read (its error is returned as it is).
+func readBody(w http.ResponseWriter, r *http.Request, max int64, sc bodylimit.Scanner) ([]byte, error) {
+	body, err := bodylimit.Read(w, r, max, ticketOf(r.Context()), sc)
+	var se *scanError
 	switch {
 	case err == nil:
 		return body, nil
+	case errors.As(err, &se):
+		return nil, se.err
 	case errors.Is(err, bodylimit.ErrTooLarge):
 		return nil, fmt.Errorf("%w: %v", ErrTooLarge, err)
 	case errors.Is(err, bodylimit.ErrBusy):
 		return nil, fmt.Errorf("%w: %v", ErrBusy, err)
 	}
 	return nil, fmt.Errorf("%w: reading body: %v", ErrBadRequest, err)
+}
+
+// scanError is the refusal of a body by its scanner, returned by readBody as it is.
+type scanError struct{ err error }
+
+func (e *scanError) Error() string { return e.err.Error() }
+
+// The shares of the body budget (docs/design.md: Quotas and bounds): no client address and no
+// named key may hold more than these fractions of it, so that one address, or requests naming one
+// key, cannot spend everyone's.
+const (
+	// shareAddress is an IPv4 address's or an IPv6 /64's share, in eighths of the budget;
+	// shareNet56 and shareNet48 are those of the /56 and the /48 around it.
+	shareAddress = 2
+	shareNet56   = 3
+	shareNet48   = 4
+	// shareKey is the share of the requests that name one host key (x-mbx-key), or one host
+	// name (a v1 hop's x-mbx-host), before their hop is verified.
+	shareKey = 2
+)
+
+// budgetShares returns the shares of the body budget a request counts against: its client
+// address (an IPv6 address also at /56 and /48) and the key or name its hop headers claim.
+func (s *Server) budgetShares(r *http.Request) []bodylimit.Share {
+	eighth := s.opt.BodyBudget / 8
+	keys := clientKeys(r, s.opt.TrustProxy)
+	out := make([]bodylimit.Share, 0, len(keys)+1)
+	for _, k := range keys {
+		n := int64(shareAddress)
+		switch k.scale {
+		case 4:
+			n = shareNet56
+		case 16:
+			n = shareNet48
+		}
+		out = append(out, bodylimit.Share{Key: "addr " + k.key, Max: n * eighth})
+	}
+	if k := r.Header.Get(hdrKey); k != "" {
+		out = append(out, bodylimit.Share{Key: "key " + k, Max: shareKey * eighth})
+	} else if h := r.Header.Get(hdrHost); h != "" {
+		out = append(out, bodylimit.Share{Key: "host " + strings.ToLower(h), Max: shareKey * eighth})
+	}
+	return out
 }

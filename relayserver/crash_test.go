@@ -30,6 +30,8 @@ import (
 const (
 	envChild = "MBX_RELAY_TEST_CHILD_DIR"
 	envArm   = "MBX_RELAY_TEST_ARM_FAILPOINT"
+	// envChildOptions holds relayserver.Options as JSON (numeric fields only) for the child.
+	envChildOptions = "MBX_RELAY_TEST_OPTIONS"
 )
 
 func TestMain(m *testing.M) {
@@ -44,8 +46,15 @@ func childRelay(dir string) int {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
 	tp, _ := relayserver.ParseTrustProxy(os.Getenv(relayserver.EnvRelayTrustProxy)) // the abuse runs
+	opt := relayserver.Options{TrustProxy: tp}
+	if js := os.Getenv(envChildOptions); js != "" {
+		if err := json.Unmarshal([]byte(js), &opt); err != nil {
+			fmt.Fprintln(os.Stderr, "child relay: options:", err)
+			return 1
+		}
+	}
 	err := relayserver.Serve(ctx, relayserver.ServeConfig{
-		Options:  relayserver.Options{TrustProxy: tp},
+		Options:  opt,
 		StoreDir: dir,
 		Listen:   "127.0.0.1:0",
 		AddrFile: filepath.Join(dir, "addr"),
@@ -76,11 +85,11 @@ type child struct {
 	url string
 }
 
-func startChild(t *testing.T, dir, fail string) *child {
+func startChild(t *testing.T, dir, fail string, env ...string) *child {
 	t.Helper()
 	addrFile := filepath.Join(dir, "addr")
 	_ = os.Remove(addrFile)
-	cmd := testkit.Child("", envChild+"="+dir, envArm+"="+fail, relayserver.EnvRelayKey+"=")
+	cmd := testkit.Child("", append([]string{envChild + "=" + dir, envArm + "=" + fail, relayserver.EnvRelayKey + "="}, env...)...)
 	p := testkit.StartProc(t, cmd)
 	return &child{t: t, p: p, cmd: cmd, url: "http://" + p.WaitAddr(t, addrFile)}
 }

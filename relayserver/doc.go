@@ -36,8 +36,9 @@
 // The relay key (LoadKey) comes from MBX_RELAY_KEY or relay.key beside the store; a store
 // refuses any key but the first one that served it (ErrRelayKeyMismatch). Everything before a
 // verified hop is hostile: hop headers are checked before any body byte is read, bodies are
-// capped while streaming and share a relay-wide budget (Options.BodyBudget), requests per client
-// address are limited (Options.MaxPerClient), challenges are stateless, and rate limits and quotas
+// capped while streaming and share a relay-wide budget (Options.BodyBudget) charged as bytes
+// arrive and shared out per client address and per named key, requests per client address are
+// limited (Options.MaxPerClient), pushes over max_batch are refused while streaming, challenges are stateless, and rate limits and quotas
 // apply per address, sender, target, account and relay.
 //
 // # Operations

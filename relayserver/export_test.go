@@ -16,3 +16,15 @@ var CheckEnvelopeWire = checkEnvelopeWire
 
 // BodyBytesInFlight is what the relay's body budget holds now.
 func (s *Server) BodyBytesInFlight() int64 { return s.budget.InUse() }
+
+// RequestsInFlight is the number of requests with a body the client address key (an IPv4
+// address, an IPv6 /64) has in flight.
+func (s *Server) RequestsInFlight(key string) int {
+	s.inflight.mu.Lock()
+	defer s.inflight.mu.Unlock()
+	return s.inflight.m[key]
+}
+
+// BodyShareInFlight is what the requests of a share of the body budget hold now: "addr " and
+// an address (or an IPv6 prefix), or "key " and a host key.
+func (s *Server) BodyShareInFlight(share string) int64 { return s.budget.ShareInUse(share) }

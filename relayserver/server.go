@@ -39,9 +39,10 @@ type Options struct {
 	MaxSmallBody int64
 	// MaxSendersBody caps a sender allowlist's body. Default DefaultMaxSendersBody.
 	MaxSendersBody int64
-	// BodyBudget caps the request body bytes in flight across the relay (declared lengths count
-	// before anything is read); past it requests get 503 with Retry-After. Default
-	// DefaultBodyBudget.
+	// BodyBudget caps the request body bytes in flight across the relay, counted as they arrive
+	// (a declared length reserves nothing); one client address may hold a quarter of it (an IPv6
+	// /56 three eighths, a /48 half) and the requests naming one key a quarter. Past any of these
+	// a request gets 503 with Retry-After. Default DefaultBodyBudget.
 	BodyBudget int64
 	// MaxPerClient caps the requests with a body one client address (an IPv6 /64) has in flight.
 	// Default DefaultMaxPerClient.
@@ -352,7 +353,7 @@ func (s *Server) publicJSON(w http.ResponseWriter, r *http.Request, v any) bool 
 		s.writeError(w, r, ErrRateLimited)
 		return false
 	}
-	body, err := readBody(w, r, s.opt.MaxSmallBody)
+	body, err := readBody(w, r, s.opt.MaxSmallBody, nil)
 	if err == nil {
 		err = decodeJSON(body, v)
 	}

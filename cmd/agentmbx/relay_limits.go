@@ -18,7 +18,7 @@ type limitFlags struct {
 func (l *limitFlags) add(cmd *cobra.Command) {
 	f := cmd.Flags()
 	f.Int64Var(&l.bodyBudget, "body-budget", relayserver.DefaultBodyBudget,
-		"request body bytes in flight across the relay; past it requests get 503 before their body is read")
+		"request body bytes in flight across the relay, counted as they arrive (an address holds at most a quarter); past it requests get 503")
 	f.IntVar(&l.perClient, "max-per-client", relayserver.DefaultMaxPerClient,
 		"requests with a body one client address (IPv6: one /64) may have in flight")
 	f.Int64Var(&l.maxItems, "max-relay-items", 0,
