@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
@@ -206,6 +207,14 @@ func (r *Receiver) backoff(ctx context.Context) backoff.BackOff {
 	return backoff.WithContext(b, ctx)
 }
 
+// retryPause is the pause after a relay's retry hint h (capped at most): h to 2h, uniformly at
+// random, so that hosts the relay turned away together (a full relay, a restart) come back spread
+// over h rather than in one instant.
+func retryPause(h, most time.Duration) time.Duration {
+	h = min(h, most)
+	return h + rand.N(h)
+}
+
 func (r *Receiver) sleep(ctx context.Context, d time.Duration) error {
 	t := time.NewTimer(d)
 	defer t.Stop()
@@ -232,6 +241,9 @@ type StepResult struct {
 	AckErr error
 	// Waited reports that the relay held the pull for at least half the requested Wait.
 	Waited bool
+	// RetryAfter is the relay's hint on an empty page of a long poll it did not hold (it was
+	// full, or shutting down): Run pauses that long or up to twice that, at random.
+	RetryAfter time.Duration
 }
 
 // Step pulls one page after the committed position, processes it, and acks through the new
@@ -256,7 +268,8 @@ func (r *Receiver) Step(ctx context.Context) (StepResult, error) {
 		}
 		return StepResult{}, fmt.Errorf("checkpoint: pull from %s: %w", r.relay, err)
 	}
-	st := StepResult{Pulled: len(page.Items), Waited: r.opt.Wait > 0 && r.opt.Clock().Sub(start) >= r.opt.Wait/2}
+	st := StepResult{Pulled: len(page.Items), Waited: r.opt.Wait > 0 && r.opt.Clock().Sub(start) >= r.opt.Wait/2,
+		RetryAfter: page.RetryAfter}
 	res, perr := r.s.ProcessPage(ctx, r.relay, req.After, page, r.h)
 	if perr != nil && !errors.Is(perr, ErrHandler) {
 		return st, perr
@@ -344,6 +357,9 @@ func (r *Receiver) Run(ctx context.Context) error {
 			// saying more without items must not get a tight loop of pulls.
 			if st.Reset == 0 && !st.Waited && st.Done() == 0 {
 				pause = r.opt.Idle
+				if st.RetryAfter > 0 {
+					pause = retryPause(st.RetryAfter, r.opt.MaxBackoff)
+				}
 			}
 		case ctx.Err() != nil:
 			return ctx.Err()

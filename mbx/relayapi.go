@@ -199,6 +199,10 @@ type PullResponse struct {
 	Items   []PullItem `json:"items"`
 	LastSeq int64      `json:"last_seq"`
 	More    bool       `json:"more"`
+	// RetryAfter is not part of the body: it is the Retry-After of an empty answer to a long
+	// poll the relay did not hold (its parked polls were full, or it is shutting down), set by
+	// the client. The host pulls again after about that long, jittered.
+	RetryAfter time.Duration `json:"-"`
 }
 
 // AckRequest is the body of POST /v2/relay/ack.

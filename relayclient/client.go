@@ -218,6 +218,9 @@ type answer struct {
 	status int
 	body   []byte
 	date   string // the Date header
+	// retryAfter is the answer's Retry-After, when it has one (a long poll the relay did not
+	// hold).
+	retryAfter time.Duration
 }
 
 // send performs r (with retries when r.retry; retry.go). A 2xx answer is returned; any other is
@@ -282,7 +285,11 @@ func send(ctx context.Context, s *settings, base string, r request, sign func(me
 	if resp.StatusCode/100 != 2 {
 		return answer{}, statusError(r.op, resp, data)
 	}
-	return answer{status: resp.StatusCode, body: data, date: resp.Header.Get("Date")}, nil
+	a := answer{status: resp.StatusCode, body: data, date: resp.Header.Get("Date")}
+	if ra, ok := retryAfter(resp.Header.Get("Retry-After")); ok {
+		a.retryAfter = ra
+	}
+	return a, nil
 }
 
 // statusError reads an error answer.

@@ -54,7 +54,8 @@ func (r PullRequest) waitSeconds() int {
 }
 
 // Pull fetches one page of this host's queue (GET /v2/relay/items?after=&limit=&epoch=&wait=,
-// the query covered by the hop). A 409 is an *EpochError (ErrEpochChanged) with the relay's current
+// the query covered by the hop). An empty page of a long poll that the relay answered with a
+// Retry-After (it could not hold the poll) carries it as RetryAfter. A 409 is an *EpochError (ErrEpochChanged) with the relay's current
 // epoch: reset the position to 0 in that epoch and pull again. The page's items are returned as
 // the relay served them (checkpoint.Store.ProcessPage decodes and checks each one, so one bad item
 // cannot block the queue); the page itself must be well formed.
@@ -86,6 +87,9 @@ func (c *Client) Pull(ctx context.Context, r PullRequest) (mbx.PullResponse, err
 	}
 	if page.Items == nil {
 		page.Items = []mbx.PullItem{}
+	}
+	if len(page.Items) == 0 && wait > 0 {
+		page.RetryAfter = a.retryAfter // the relay did not hold the poll (full, or shutting down)
 	}
 	return page, nil
 }

@@ -138,3 +138,27 @@ func TestAck(t *testing.T) {
 		}
 	}
 }
+
+// TestPullRetryHint: the Retry-After of an empty answer to a long poll (a relay that could not
+// hold it) reaches the page; a page with items, or an answer to a pull that did not wait, carries
+// none.
+func TestPullRetryHint(t *testing.T) {
+	f := newFake(t)
+	items := []mbx.PullItem{}
+	f.handle("GET /v2/relay/items", func(w http.ResponseWriter, _ *http.Request, _ []byte) {
+		w.Header().Set("Retry-After", "10")
+		writeJSON(w, 200, mbx.PullResponse{Epoch: "e", HeadSeq: 1, Items: items})
+	})
+	c := f.client(t)
+	got, err := c.Pull(bg, PullRequest{Wait: 20 * time.Second})
+	if err != nil || got.RetryAfter != 10*time.Second {
+		t.Fatalf("long poll answered at once = %+v, %v; want RetryAfter 10s", got, err)
+	}
+	if got, err := c.Pull(bg, PullRequest{}); err != nil || got.RetryAfter != 0 {
+		t.Fatalf("pull without wait = %+v, %v; want no hint", got, err)
+	}
+	items = []mbx.PullItem{{Seq: 1, Kind: "envelope", ItemID: "a", SenderPubkey: keyFor(t, 3).PublicKey(), WireB64: "e30="}}
+	if got, err := c.Pull(bg, PullRequest{Wait: 20 * time.Second}); err != nil || got.RetryAfter != 0 {
+		t.Fatalf("page with items = %+v, %v; want no hint", got, err)
+	}
+}

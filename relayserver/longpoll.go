@@ -76,13 +76,16 @@ func newWaiters(maxKey, maxTotal int) *waiters {
 	return &waiters{byKey: map[string][]*waiter{}, maxKey: maxKey, maxTotal: maxTotal}
 }
 
-// park registers a pull of key. It returns nil when the pull may not wait: the table is full or
-// closing.
-func (t *waiters) park(key string) *waiter {
+// park registers a pull of key. It returns nil when the pull may not wait: the table is full, or
+// closing (then with drainRetryAfter as the hint for the empty answer).
+func (t *waiters) park(key string) (*waiter, time.Duration) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if t.closed || t.maxKey < 1 {
-		return nil
+	if t.closed {
+		return nil, drainRetryAfter
+	}
+	if t.maxKey < 1 {
+		return nil, 0
 	}
 	ws := t.byKey[key]
 	if len(ws) >= t.maxKey {
@@ -90,12 +93,12 @@ func (t *waiters) park(key string) *waiter {
 		t.wakeLocked(ws[0], wakeEvicted)
 		ws = ws[1:]
 	} else if t.total >= t.maxTotal {
-		return nil
+		return nil, 0
 	}
 	w := &waiter{key: key, ch: make(chan struct{}), parked: true}
 	t.byKey[key] = append(ws, w)
 	t.total++
-	return w
+	return w, 0
 }
 
 // leave unregisters w if it is still parked. It is safe with a nil w and after a wake.

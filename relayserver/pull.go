@@ -52,7 +52,7 @@ func (s *Server) handlePull(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	page, pb, err := s.pullWait(r.Context(), caller.HostPubkey, after, int(limit), wait)
+	page, pb, retry, err := s.pullWait(r.Context(), caller.HostPubkey, after, int(limit), wait)
 	defer putPullBuf(pb)
 	if err != nil {
 		if r.Context().Err() != nil {
@@ -62,6 +62,9 @@ func (s *Server) handlePull(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.met.pulled(len(page.Items))
+	if retry > 0 && len(page.Items) == 0 {
+		w.Header()["Retry-After"] = []string{strconv.Itoa(int(retry / time.Second))}
+	}
 	bp := pullBufs.Get().(*[]byte)
 	b, ok := appendPullJSON((*bp)[:0], s.epoch, after, page)
 	if ok {
@@ -181,24 +184,39 @@ func appendBase64(dst, src []byte) []byte {
 	return dst[:len(dst)+n]
 }
 
+// Retry hints of long polls the relay did not hold (docs/relay.md: Long polls). A pull that asked
+// to wait and got an empty page at once carries Retry-After: the host comes back after that long,
+// jittered (inbox.Receiver), so that thousands of hosts turned away together do not return
+// together.
+const (
+	// busyRetryAfter is the hint of a pull that could not park: the table of parked pulls was
+	// full.
+	busyRetryAfter = 10 * time.Second
+	// drainRetryAfter is the hint of a pull answered because the relay is shutting down.
+	drainRetryAfter = 5 * time.Second
+)
+
 // pullWait reads a page of key's queue; when it is empty and wait > 0 it parks until an item for
 // key commits and reads again, until the page has items or the wait is over. The pull registers
 // before each read, so a commit after the read always wakes it (never a lost wakeup), and a wake
 // only ever follows a commit, so the read after it sees the item. The page is read into the
 // pooled buffer returned with it (for putPullBuf once the answer is written); a parked pull holds
-// none.
-func (s *Server) pullWait(ctx context.Context, key string, after int64, limit int, wait time.Duration) (Page, *PullBuf, error) {
+// none. retry is the hint for an empty page answered without the wait it asked for (the relay
+// was full or is shutting down), else 0.
+func (s *Server) pullWait(ctx context.Context, key string, after int64, limit int, wait time.Duration) (page Page, buf *PullBuf, retry time.Duration, err error) {
 	var timeout <-chan time.Time
 	for {
 		var w *waiter
 		if wait > 0 {
-			w = s.polls.park(key)
+			if w, retry = s.polls.park(key); w == nil && retry == 0 {
+				retry = busyRetryAfter
+			}
 		}
-		buf := pullPages.Get().(*PullBuf)
-		page, err := pullPage(ctx, s.store, key, after, limit, s.lim.MaxPullBytes, buf)
+		buf = pullPages.Get().(*PullBuf)
+		page, err = pullPage(ctx, s.store, key, after, limit, s.lim.MaxPullBytes, buf)
 		if err != nil || len(page.Items) > 0 || w == nil {
 			s.polls.leave(w)
-			return page, buf, err
+			return page, buf, retry, err
 		}
 		putPullBuf(buf) // an empty page: nothing to keep while parked
 		if timeout == nil {
@@ -211,10 +229,10 @@ func (s *Server) pullWait(ctx context.Context, key string, after int64, limit in
 		case <-w.ch:
 		case <-timeout:
 			s.polls.leave(w)
-			return page, nil, nil // empty: nothing of it is in the buffer given back
+			return page, nil, 0, nil // empty: nothing of it is in the buffer given back
 		case <-ctx.Done():
 			s.polls.leave(w)
-			return page, nil, ctx.Err()
+			return page, nil, 0, ctx.Err()
 		}
 		switch w.why {
 		case wakeItem:
@@ -222,15 +240,17 @@ func (s *Server) pullWait(ctx context.Context, key string, after int64, limit in
 			// may have revoked it: answer as a new request would.
 			e, err := s.store.Enrolment(ctx, key)
 			if err != nil {
-				return Page{}, nil, err
+				return Page{}, nil, 0, err
 			}
 			if !e.Live() {
-				return Page{}, nil, fmt.Errorf("host key %s: %w", mbx.Fingerprint(key), ErrRevoked)
+				return Page{}, nil, 0, fmt.Errorf("host key %s: %w", mbx.Fingerprint(key), ErrRevoked)
 			}
 			if err := deniedEnrolment(e); err != nil {
-				return Page{}, nil, err // the deny list revoked it meanwhile
+				return Page{}, nil, 0, err // the deny list revoked it meanwhile
 			}
-		default: // evicted by a newer pull of the key, or shutting down: read once more and answer
+		case wakeShutdown:
+			wait, retry = 0, drainRetryAfter // read once more and answer
+		default: // evicted by a newer pull of the key: read once more and answer
 			wait = 0
 		}
 	}
