@@ -30,9 +30,10 @@ func slowDial(addr string) (net.Conn, error) {
 	return d.Dial("tcp", addr)
 }
 
-// slowPull opens a connection to addr and sends a pull of the largest page signed by h at now,
-// then reads nothing: the slow reader of issue 25.
-func slowPull(addr string, h host, now time.Time) (net.Conn, error) {
+// slowPull opens a connection to addr and sends a pull of the largest page signed by h at now
+// (with X-Forwarded-For xff when it is not empty), then reads nothing: the slow reader of issue
+// 25.
+func slowPull(addr string, h host, now time.Time, xff string) (net.Conn, error) {
 	c, err := slowDial(addr)
 	if err != nil {
 		return nil, err
@@ -40,6 +41,9 @@ func slowPull(addr string, h host, now time.Time) (net.Conn, error) {
 	path := fmt.Sprintf("/v2/relay/items?after=0&limit=%d", mbx.DefaultMaxPull)
 	var b strings.Builder
 	fmt.Fprintf(&b, "GET %s HTTP/1.1\r\nHost: relay\r\n", path)
+	if xff != "" {
+		fmt.Fprintf(&b, "X-Forwarded-For: %s\r\n", xff)
+	}
 	for k, v := range mbx.SignRelayHop(h.key, h.name, "GET", path, nil, now, true) {
 		fmt.Fprintf(&b, "%s: %s\r\n", k, v[0])
 	}
@@ -107,7 +111,7 @@ func TestAbuseSlowPulls(t *testing.T) {
 		}
 	}()
 	for range 40 {
-		cn, err := slowPull(addr, mallory, time.Now())
+		cn, err := slowPull(addr, mallory, time.Now(), "")
 		if err != nil {
 			t.Fatalf("slow pull: %v", err)
 		}

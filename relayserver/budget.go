@@ -85,6 +85,31 @@ func readBody(w http.ResponseWriter, r *http.Request, max int64, sc bodylimit.Sc
 	return nil, fmt.Errorf("%w: reading body: %v", ErrBadRequest, err)
 }
 
+// addressShares returns the shares of a budget of 8×eighth bytes a request's client address
+// counts against (an IPv6 address also at /56 and /48), with room for one more share.
+func (s *Server) addressShares(r *http.Request, eighth int64) []bodylimit.Share {
+	keys := clientKeys(r, s.opt.TrustProxy)
+	out := make([]bodylimit.Share, 0, len(keys)+1)
+	for _, k := range keys {
+		n := int64(shareAddress)
+		switch k.scale {
+		case 4:
+			n = shareNet56
+		case 16:
+			n = shareNet48
+		}
+		out = append(out, bodylimit.Share{Key: "addr " + k.key, Max: n * eighth})
+	}
+	return out
+}
+
+// responseShares returns the shares of the response budget a pull answer counts against: its
+// client address, as for bodies, and the host key it is for (at most a quarter of the budget).
+func (s *Server) responseShares(r *http.Request, key string) []bodylimit.Share {
+	eighth := s.opt.ResponseBudget / 8
+	return append(s.addressShares(r, eighth), bodylimit.Share{Key: "key " + key, Max: shareKey * eighth})
+}
+
 // scanError is the refusal of a body by its scanner, returned by readBody as it is.
 type scanError struct{ err error }
 
@@ -108,18 +133,7 @@ const (
 // address (an IPv6 address also at /56 and /48) and the key or name its hop headers claim.
 func (s *Server) budgetShares(r *http.Request) []bodylimit.Share {
 	eighth := s.opt.BodyBudget / 8
-	keys := clientKeys(r, s.opt.TrustProxy)
-	out := make([]bodylimit.Share, 0, len(keys)+1)
-	for _, k := range keys {
-		n := int64(shareAddress)
-		switch k.scale {
-		case 4:
-			n = shareNet56
-		case 16:
-			n = shareNet48
-		}
-		out = append(out, bodylimit.Share{Key: "addr " + k.key, Max: n * eighth})
-	}
+	out := s.addressShares(r, eighth)
 	if k := r.Header.Get(hdrKey); k != "" {
 		out = append(out, bodylimit.Share{Key: "key " + k, Max: shareKey * eighth})
 	} else if h := r.Header.Get(hdrHost); h != "" {

@@ -28,3 +28,12 @@ func (s *Server) RequestsInFlight(key string) int {
 // BodyShareInFlight is what the requests of a share of the body budget hold now: "addr " and
 // an address (or an IPv6 prefix), or "key " and a host key.
 func (s *Server) BodyShareInFlight(share string) int64 { return s.budget.ShareInUse(share) }
+
+// PullsInFlight is the number of pull answers being written now.
+func (s *Server) PullsInFlight() int { return s.pulls.len() }
+
+// PullsEnded is the number of pull answers a newer pull of their key ended.
+func (s *Server) PullsEnded() int64 { return s.pulls.endedCount() }
+
+// ResponseBytesInFlight is what the relay's response budget holds now.
+func (s *Server) ResponseBytesInFlight() int64 { return s.respBudget.InUse() }

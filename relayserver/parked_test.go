@@ -47,7 +47,9 @@ func TestLongPollRetryHints(t *testing.T) {
 	t.Parallel()
 	r, tm, a, b, g := longPollRelay(t, func(o *relayserver.Options) { o.MaxWaiting = 1 })
 	parked := make(chan headed, 1)
-	go func() { parked <- callHeaders(bg, r.ts.URL, &b, r.clock.Now(), "GET", "/v2/relay/items?after=0&wait=30", nil) }()
+	go func() {
+		parked <- callHeaders(bg, r.ts.URL, &b, r.clock.Now(), "GET", "/v2/relay/items?after=0&wait=30", nil)
+	}()
 	ft := tm.parked(t)
 	full := callHeaders(bg, r.ts.URL, &g, r.clock.Now(), "GET", "/v2/relay/items?after=0&wait=30", nil)
 	if full.err != nil || full.code != 200 || full.hdr.Get("Retry-After") != "10" {
@@ -63,14 +65,18 @@ func TestLongPollRetryHints(t *testing.T) {
 		t.Fatalf("poll whose wait passed = %d %v (Retry-After %q), want 200 without a hint", got.code, got.err, got.hdr.Get("Retry-After"))
 	}
 	// Woken by an item: no hint.
-	go func() { parked <- callHeaders(bg, r.ts.URL, &b, r.clock.Now(), "GET", "/v2/relay/items?after=0&wait=30", nil) }()
+	go func() {
+		parked <- callHeaders(bg, r.ts.URL, &b, r.clock.Now(), "GET", "/v2/relay/items?after=0&wait=30", nil)
+	}()
 	tm.parked(t)
 	r.push(a, envItem("01KKNTQ2CN9WJ3MR4Q1P12F0H1", b))
 	if got := <-parked; got.err != nil || got.code != 200 || got.hdr.Get("Retry-After") != "" {
 		t.Fatalf("poll woken by an item = %d %v (Retry-After %q)", got.code, got.err, got.hdr.Get("Retry-After"))
 	}
 	// Parked when the relay shuts down: an empty page at once with Retry-After: 5.
-	go func() { parked <- callHeaders(bg, r.ts.URL, &g, r.clock.Now(), "GET", "/v2/relay/items?after=0&wait=30", nil) }()
+	go func() {
+		parked <- callHeaders(bg, r.ts.URL, &g, r.clock.Now(), "GET", "/v2/relay/items?after=0&wait=30", nil)
+	}()
 	tm.parked(t)
 	r.srv.Shutdown()
 	if got := <-parked; got.err != nil || got.code != 200 || got.hdr.Get("Retry-After") != "5" {

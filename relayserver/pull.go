@@ -2,17 +2,16 @@ package relayserver
 
 import (
 	"context"
-	"encoding/base64"
-	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
-	"slices"
 	"strconv"
 	"sync"
 	"time"
 
+	"github.com/agentmbx/agentmbx/internal/bodylimit"
+	"github.com/agentmbx/agentmbx/internal/logkey"
 	"github.com/agentmbx/agentmbx/mbx"
 )
 
@@ -24,7 +23,8 @@ func (s *Server) staleEpoch(got string) *apiError {
 // handlePull is GET /v2/relay/items?after=&limit=&epoch=&wait= (docs/design.md: Receive checkpoint
 // and ack). With wait (seconds, cut to Options.MaxWait) a pull that finds nothing is held until an
 // item for the caller commits, the wait passes (an empty page, as without wait), the client goes
-// away, or the server shuts down (a fresh page at once).
+// away, or the server shuts down (a fresh page at once). The answer is read from the store and
+// written a chunk at a time (writePage), within the relay's budget of response bytes.
 func (s *Server) handlePull(w http.ResponseWriter, r *http.Request) {
 	caller, err := s.authenticate(r, nil)
 	if err != nil {
@@ -52,33 +52,187 @@ func (s *Server) handlePull(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	page, pb, retry, err := s.pullWait(r.Context(), caller.HostPubkey, after, int(limit), wait)
-	defer putPullBuf(pb)
+	// ctx ends when the client goes away or a newer pull of the key ends this one (pullSlots).
+	ctx, cancel := context.WithCancel(r.Context())
+	defer cancel()
+	tk := s.respBudget.Ticket(s.responseShares(r, caller.HostPubkey)...)
+	defer tk.Release()
+	page, pb, retry, err := s.pullWait(ctx, caller.HostPubkey, after, int(limit), wait, tk)
+	defer func() { putPullBuf(pb) }()
 	if err != nil {
-		if r.Context().Err() != nil {
+		if ctx.Err() != nil {
 			return // the client went away: nobody to answer
 		}
 		s.writeError(w, r, fmt.Errorf("pull: %w", err))
 		return
 	}
-	s.met.pulled(len(page.Items))
-	if retry > 0 && len(page.Items) == 0 {
-		w.Header()["Retry-After"] = []string{strconv.Itoa(int(retry / time.Second))}
+	rc := http.NewResponseController(w)
+	if len(page.Items) == 0 {
+		if retry > 0 {
+			w.Header()["Retry-After"] = []string{strconv.Itoa(int(retry / time.Second))}
+		}
+		s.met.pulled(0)
+		s.writePage(ctx, w, rc, pullCursor{key: caller.HostPubkey, after: after, limit: int(limit)}, page, &pb, tk)
+		return
 	}
-	bp := pullBufs.Get().(*[]byte)
-	b, ok := appendPullJSON((*bp)[:0], s.epoch, after, page)
-	if ok {
-		writeRawJSON(w, http.StatusOK, b)
-	} else {
-		s.writeJSON(w, http.StatusOK, pullResponse(s.epoch, after, page))
+	slot, ok := s.pulls.acquire(caller.HostPubkey, clientKey(r, s.opt.TrustProxy), func() {
+		cancel()
+		_ = rc.SetWriteDeadline(time.Unix(1, 0)) // a write blocked on a slow reader fails now
+	})
+	if !ok {
+		s.writeError(w, r, fmt.Errorf("%w: too many pulls in flight from this address", ErrBusy))
+		return
 	}
-	if cap(b) <= 4<<20 { // a huge page's buffer is not kept
-		*bp = b[:0]
-		pullBufs.Put(bp)
-	}
+	defer s.pulls.release(slot)
+	n := s.writePage(ctx, w, rc, pullCursor{key: caller.HostPubkey, after: after, limit: int(limit)}, page, &pb, tk)
+	s.met.pulled(n)
 }
 
-// pullBufs are the buffers pull answers are written into.
+// pullCursor is what a pull asked for: key's items after after, at most limit of them.
+type pullCursor struct {
+	key   string
+	after int64
+	limit int
+}
+
+// writePage writes the answer whose first chunk first was read (into *pb, within tk) and returns
+// the number of items written. A page that the first chunk completes is written with its length
+// declared. A longer one is streamed: each further chunk is read after the last item written,
+// within the response budget, and written before the next is read; items past the head_seq
+// announced at the start (queued since) are left for the next pull, as is the rest of the page
+// when the budget is spent (more is then true). A write deadline is set before each chunk, from
+// its size (Options.PullWriteGrace and PullMinRate), so a slow reader holds at most a chunk, for a
+// bounded time. When the page cannot be finished (the store failed, or a newer pull of the key
+// ended this one) the connection is aborted, so the client sees a transport error, never a short
+// page.
+func (s *Server) writePage(ctx context.Context, w http.ResponseWriter, rc *http.ResponseController, c pullCursor,
+	first Page, pb **PullBuf, tk *bodylimit.Ticket) int {
+	sb := scratchBufs.Get().(*[]byte)
+	defer scratchBufs.Put(sb)
+	enc := pageEncoder{w: w, buf: (*sb)[:0]}
+	defer func() { *sb = enc.buf[:0] }()
+	head, page := first.HeadSeq, first
+	var sent int64
+	for _, it := range page.Items {
+		sent += int64(len(it.Wire))
+	}
+	h := w.Header()
+	h["Content-Type"] = jsonContentType[:1:1]
+	if !page.More || len(page.Items) >= c.limit || sent >= s.lim.MaxPullBytes {
+		// The whole page is in hand: its length is known.
+		last := c.after
+		if len(page.Items) > 0 {
+			last = page.Items[len(page.Items)-1].Seq
+		}
+		size := pageJSONLen(s.epoch, head, last, page.Items, page.More)
+		h.Set("Content-Length", strconv.FormatInt(size, 10))
+		s.writeDeadline(rc, size)
+		w.WriteHeader(http.StatusOK)
+		enc.start(s.epoch, head)
+		for i := range page.Items {
+			enc.item(&page.Items[i], i == 0)
+		}
+		enc.end(last, page.More)
+		return len(page.Items)
+	}
+	w.WriteHeader(http.StatusOK)
+	enc.start(s.epoch, head)
+	n, last, more := 0, c.after, true
+	for {
+		s.writeDeadline(rc, pageJSONLen("", 0, 0, page.Items, false))
+		for i := range page.Items {
+			enc.item(&page.Items[i], n == 0)
+			n++
+			last = page.Items[i].Seq
+		}
+		enc.flush()
+		if enc.err != nil {
+			panic(http.ErrAbortHandler) // the client is gone or too slow: nobody reads the rest
+		}
+		putPullBuf(*pb)
+		*pb = nil
+		tk.Release()
+		if !page.More {
+			more = false
+			break
+		}
+		if n >= c.limit || sent >= s.lim.MaxPullBytes {
+			break
+		}
+		*pb = pullPages.Get().(*PullBuf)
+		var err error
+		page, err = s.readChunk(ctx, c.key, last, c.limit-n, s.lim.MaxPullBytes-sent, *pb, tk)
+		if errors.Is(err, errChunkBusy) {
+			break // the budget is spent: the page ends here, more says come back
+		}
+		if err != nil {
+			if ctx.Err() == nil {
+				s.log.Warn("pull: reading the page failed mid-answer", logkey.Req, RequestID(ctx), logkey.Err, err)
+			}
+			panic(http.ErrAbortHandler)
+		}
+		// Items queued after the answer began are past its head_seq; an item that would take the
+		// page over its byte cap waits for the next pull.
+		keep := 0
+		for keep < len(page.Items) && page.Items[keep].Seq <= head &&
+			sent+int64(len(page.Items[keep].Wire)) <= s.lim.MaxPullBytes {
+			sent += int64(len(page.Items[keep].Wire))
+			keep++
+		}
+		if keep < len(page.Items) {
+			page.Items, page.More = page.Items[:keep], true
+		}
+		if keep == 0 {
+			break
+		}
+	}
+	enc.end(last, more)
+	if enc.err != nil {
+		panic(http.ErrAbortHandler)
+	}
+	return n
+}
+
+// writeDeadline sets the deadline of the next write of size bytes: PullWriteGrace, plus the time
+// the bytes take at PullMinRate.
+func (s *Server) writeDeadline(rc *http.ResponseController, size int64) {
+	d := s.opt.PullWriteGrace + time.Duration(float64(size)/float64(s.opt.PullMinRate)*float64(time.Second))
+	_ = rc.SetWriteDeadline(time.Now().Add(d)) // a writer without deadlines keeps the server's
+}
+
+// errChunkBusy is readChunk's answer when the response budget cannot hold a chunk.
+var errChunkBusy = fmt.Errorf("%w: the relay's budget of response bytes is spent", ErrBusy)
+
+// readChunk reads the next chunk of a pull answer into buf: at most limit items after after and,
+// past the first item, at most maxBytes of wire bytes, and never more than the chunk the
+// response budget held for it (tk, which holds nothing before). When the budget cannot hold a
+// full chunk, a small one is tried (the budget keeps a reserve for those, so hosts with little
+// mail are served while large answers wait); errChunkBusy when even that does not fit.
+func (s *Server) readChunk(ctx context.Context, key string, after int64, limit int, maxBytes int64, buf *PullBuf, tk *bodylimit.Ticket) (Page, error) {
+	take := min(s.pullChunk, maxBytes)
+	if !tk.Take(take) {
+		take = min(bodylimit.SmallBody, maxBytes)
+		if !tk.Take(take) {
+			return Page{}, errChunkBusy
+		}
+	}
+	page, err := pullPage(ctx, s.store, key, after, limit, take, buf)
+	if err != nil {
+		tk.Release()
+		return Page{}, err
+	}
+	var wire int64
+	for _, it := range page.Items {
+		wire += int64(len(it.Wire))
+	}
+	if wire > take && !tk.Take(wire-take) { // one item larger than the chunk
+		tk.Release()
+		return Page{}, errChunkBusy
+	}
+	return page, nil
+}
+
+// pullBufs are the buffers push answers are written into.
 var pullBufs = sync.Pool{New: func() any { return new([]byte) }}
 
 // pullPages are the buffers pull pages are read into.
@@ -92,7 +246,8 @@ func putPullBuf(b *PullBuf) {
 	}
 }
 
-// pullResponse is the answer to a pull that read page after the seq after.
+// pullResponse is the answer to a pull that read page after the seq after, as the generic encoder
+// takes it.
 func pullResponse(epoch string, after int64, page Page) mbx.PullResponse {
 	resp := mbx.PullResponse{Epoch: epoch, HeadSeq: page.HeadSeq, Items: make([]mbx.PullItem, len(page.Items)),
 		LastSeq: after, More: page.More}
@@ -102,86 +257,6 @@ func pullResponse(epoch string, after int64, page Page) mbx.PullResponse {
 		resp.LastSeq = it.Seq
 	}
 	return resp
-}
-
-// appendPullJSON appends the JSON of pullResponse(epoch, after, page) to buf without reflection,
-// byte for byte as writeJSON would write it, the wires base64-encoded straight into buf. ok is
-// false when a string needs escaping; the caller then takes the generic encoder.
-func appendPullJSON(buf []byte, epoch string, after int64, page Page) ([]byte, bool) {
-	if !plainJSON(epoch) {
-		return buf, false
-	}
-	buf = slices.Grow(buf, pullJSONSize(page))
-	last := after
-	buf = append(append(append(buf, `{"epoch":"`...), epoch...), `","head_seq":`...)
-	buf = strconv.AppendInt(buf, page.HeadSeq, 10)
-	buf = append(buf, `,"items":[`...)
-	var sender string // the last sender checked: a page's items mostly share a few
-	for i, it := range page.Items {
-		if !plainJSON(string(it.Kind)) || !plainJSON(it.ItemID) || (it.Sender != sender && !plainJSON(it.Sender)) {
-			return buf, false
-		}
-		sender = it.Sender
-		if i > 0 {
-			buf = append(buf, ',')
-		}
-		buf = strconv.AppendInt(append(buf, `{"seq":`...), it.Seq, 10)
-		buf = append(append(append(buf, `,"kind":"`...), it.Kind...), `","item_id":"`...)
-		buf = append(append(append(buf, it.ItemID...), `","sender_pubkey":"`...), it.Sender...)
-		buf = appendBase64(append(buf, `","wire_b64":"`...), it.Wire)
-		buf = append(buf, `"}`...)
-		last = it.Seq
-	}
-	buf = strconv.AppendInt(append(buf, `],"last_seq":`...), last, 10)
-	buf = strconv.AppendBool(append(buf, `,"more":`...), page.More)
-	return append(buf, '}'), true
-}
-
-// pullJSONSize is about the length of the pull answer of page (exact for the wires).
-func pullJSONSize(page Page) int {
-	n := 128
-	for _, it := range page.Items {
-		n += 96 + len(it.Kind) + len(it.ItemID) + len(it.Sender) + base64.StdEncoding.EncodedLen(len(it.Wire))
-	}
-	return n
-}
-
-// plainJSON reports whether s is printable ASCII that no JSON encoder escapes.
-func plainJSON(s string) bool {
-	for i := 0; i < len(s); i++ {
-		if c := s[i]; c < 0x20 || c > 0x7e || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
-			return false
-		}
-	}
-	return true
-}
-
-// b64Pairs holds the two standard base64 characters of every 12-bit value, the first in the low
-// byte.
-var b64Pairs = func() *[4096]uint16 {
-	const alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
-	t := new([4096]uint16)
-	for v := range t {
-		t[v] = uint16(alphabet[v>>6]) | uint16(alphabet[v&63])<<8
-	}
-	return t
-}()
-
-// appendBase64 is base64.StdEncoding.AppendEncode(dst, src), 6 bytes of src (8 characters) a
-// step: the pull answer is mostly base64.
-func appendBase64(dst, src []byte) []byte {
-	n := base64.StdEncoding.EncodedLen(len(src))
-	dst = slices.Grow(dst, n)
-	out := dst[len(dst) : len(dst)+n]
-	j := 0
-	for len(src) >= 8 { // reads 8 bytes, encodes 6
-		v := binary.BigEndian.Uint64(src) >> 16
-		binary.LittleEndian.PutUint64(out[j:], uint64(b64Pairs[v>>36])|uint64(b64Pairs[v>>24&0xfff])<<16|
-			uint64(b64Pairs[v>>12&0xfff])<<32|uint64(b64Pairs[v&0xfff])<<48)
-		src, j = src[6:], j+8
-	}
-	base64.StdEncoding.Encode(out[j:], src)
-	return dst[:len(dst)+n]
 }
 
 // Retry hints of long polls the relay did not hold (docs/relay.md: Long polls). A pull that asked
@@ -196,14 +271,14 @@ const (
 	drainRetryAfter = 5 * time.Second
 )
 
-// pullWait reads a page of key's queue; when it is empty and wait > 0 it parks until an item for
+// pullWait reads the first chunk of a page of key's queue (readChunk, within tk); when it is empty and wait > 0 it parks until an item for
 // key commits and reads again, until the page has items or the wait is over. The pull registers
 // before each read, so a commit after the read always wakes it (never a lost wakeup), and a wake
 // only ever follows a commit, so the read after it sees the item. The page is read into the
 // pooled buffer returned with it (for putPullBuf once the answer is written); a parked pull holds
 // none. retry is the hint for an empty page answered without the wait it asked for (the relay
 // was full or is shutting down), else 0.
-func (s *Server) pullWait(ctx context.Context, key string, after int64, limit int, wait time.Duration) (page Page, buf *PullBuf, retry time.Duration, err error) {
+func (s *Server) pullWait(ctx context.Context, key string, after int64, limit int, wait time.Duration, tk *bodylimit.Ticket) (page Page, buf *PullBuf, retry time.Duration, err error) {
 	var timeout <-chan time.Time
 	for {
 		var w *waiter
@@ -213,12 +288,16 @@ func (s *Server) pullWait(ctx context.Context, key string, after int64, limit in
 			}
 		}
 		buf = pullPages.Get().(*PullBuf)
-		page, err = pullPage(ctx, s.store, key, after, limit, s.lim.MaxPullBytes, buf)
+		page, err = s.readChunk(ctx, key, after, limit, s.lim.MaxPullBytes, buf, tk)
 		if err != nil || len(page.Items) > 0 || w == nil {
 			s.polls.leave(w)
+			if len(page.Items) == 0 {
+				tk.Release() // an empty answer holds nothing
+			}
 			return page, buf, retry, err
 		}
 		putPullBuf(buf) // an empty page: nothing to keep while parked
+		tk.Release()
 		if timeout == nil {
 			c, stop := s.opt.WaitTimer(wait)
 			defer stop()

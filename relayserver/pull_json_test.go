@@ -22,43 +22,57 @@ func jsonFields(t reflect.Type) int {
 	return n
 }
 
-// The pull answer written by hand is byte for byte what the generic encoder writes, for every
-// page it takes on, and gives way to it for strings that need escaping.
+// The pull answer written through the scratch buffer is byte for byte what the generic encoder
+// writes, strings that need escaping and wires longer than the buffer included, and pageJSONLen
+// is its length.
 func TestPullJSONMatchesGenericEncoder(t *testing.T) {
 	// The hand-written encoder knows these fields; a field added to the answer fails here first.
 	if n := jsonFields(reflect.TypeFor[mbx.PullResponse]()); n != 5 {
-		t.Fatalf("mbx.PullResponse has %d JSON fields, appendPullJSON writes 5", n)
+		t.Fatalf("mbx.PullResponse has %d JSON fields, pageEncoder writes 5", n)
 	}
 	if n := jsonFields(reflect.TypeFor[mbx.PullItem]()); n != 5 {
-		t.Fatalf("mbx.PullItem has %d JSON fields, appendPullJSON writes 5", n)
+		t.Fatalf("mbx.PullItem has %d JSON fields, pageEncoder writes 5", n)
 	}
 	item := func(seq int64, id string, wire string) Item {
 		return Item{Seq: seq, Kind: KindEnvelope, ItemID: id, Sender: "c2VuZGVy+/=", Wire: []byte(wire),
 			AcceptedAt: time.UnixMilli(1), ExpiresAt: time.UnixMilli(2)}
 	}
-	pages := []struct {
-		page  Page
-		plain bool
-	}{
-		{Page{Head: Head{HeadSeq: 0}}, true},
-		{Page{Head: Head{HeadSeq: 1773480413589, AckedThrough: 5}, More: true,
-			Items: []Item{item(1773480413588, "01HX", "{\"v\":3}"), item(1773480413589, "x-y_z", "")}}, true},
-		{Page{Items: []Item{item(7, "ümlaut", "w")}}, false},
-		{Page{Items: []Item{item(7, "a\"b\\c\n<&>", "w")}}, false},
+	big := func(n int) string { // a wire longer than the scratch buffer, not a multiple of 3
+		b := make([]byte, n)
+		for i := range b {
+			b[i] = byte(i*31 + i/7)
+		}
+		return string(b)
 	}
-	for i, c := range pages {
+	pages := []Page{
+		{Head: Head{HeadSeq: 0}},
+		{Head: Head{HeadSeq: 1773480413589, AckedThrough: 5}, More: true,
+			Items: []Item{item(1773480413588, "01HX", "{\"v\":3}"), item(1773480413589, "x-y_z", "")}},
+		{Items: []Item{item(7, "ümlaut", "w")}},
+		{Items: []Item{item(7, "a\"b\\c\n<&>\u2028", "w")}},
+		{Head: Head{HeadSeq: 90}, Items: []Item{item(8, "a", big(encodeScratch+7)), item(9, "b", big(3*encodeScratch+2)), item(90, "c", "x")}},
+	}
+	for i, page := range pages {
 		var want bytes.Buffer
 		enc := json.NewEncoder(&want)
 		enc.SetEscapeHTML(false)
-		if err := enc.Encode(pullResponse("0b1e-epoch", 42, c.page)); err != nil {
+		if err := enc.Encode(pullResponse("0b1e-epoch", 42, page)); err != nil {
 			t.Fatal(err)
 		}
-		got, ok := appendPullJSON(nil, "0b1e-epoch", 42, c.page)
-		if ok != c.plain {
-			t.Errorf("page %d: hand-written = %v, want %v", i, ok, c.plain)
+		var got bytes.Buffer
+		pe := pageEncoder{w: &got, buf: make([]byte, 0, encodeScratch)}
+		pe.start("0b1e-epoch", page.HeadSeq)
+		last := int64(42)
+		for j := range page.Items {
+			pe.item(&page.Items[j], j == 0)
+			last = page.Items[j].Seq
 		}
-		if ok && !bytes.Equal(got, bytes.TrimSuffix(want.Bytes(), []byte("\n"))) {
-			t.Errorf("page %d:\n got %s\nwant %s", i, got, want.Bytes())
+		pe.end(last, page.More)
+		if w := bytes.TrimSuffix(want.Bytes(), []byte("\n")); !bytes.Equal(got.Bytes(), w) {
+			t.Errorf("page %d:\n got %.300s\nwant %.300s", i, got.Bytes(), w)
+		}
+		if n := pageJSONLen("0b1e-epoch", page.HeadSeq, last, page.Items, page.More); n != int64(got.Len()) {
+			t.Errorf("page %d: pageJSONLen = %d, the answer has %d bytes", i, n, got.Len())
 		}
 	}
 }

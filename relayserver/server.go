@@ -76,6 +76,24 @@ type Options struct {
 	// pull of the key evicts its oldest, which answers at once.
 	MaxWaiting       int
 	MaxWaitingPerKey int
+	// ResponseBudget caps the bytes of pull answers held in memory at once, across the relay
+	// (default DefaultResponseBudget): an answer is read and written a chunk at a time, each
+	// chunk held against it; past it a page ends early (more) or, with nothing read yet, the
+	// pull gets 503 with Retry-After.
+	ResponseBudget int64
+	// MaxPullsPerKey caps the answers one host key may have being written at once (default
+	// DefaultMaxPullsPerKey; a newer pull ends the oldest); MaxPullsPerClient caps them per client
+	// address (default DefaultMaxPullsPerClient; past it a pull gets 503 with Retry-After).
+	MaxPullsPerKey    int
+	MaxPullsPerClient int
+	// PullChunk is how many wire bytes of a pull answer are read from the store and held at once
+	// (default DefaultPullChunk, and never less than Limits.MaxItemBytes).
+	PullChunk int64
+	// PullWriteGrace and PullMinRate set the write deadline of each chunk of a pull answer: the
+	// grace plus the chunk's bytes at the rate (bytes per second). Defaults DefaultPullWriteGrace,
+	// DefaultPullMinRate.
+	PullWriteGrace time.Duration
+	PullMinRate    int64
 	// WaitTimer starts the timer of a long poll: the channel fires when the wait is over, stop
 	// releases it. Injected for tests. Default time.NewTimer.
 	WaitTimer func(d time.Duration) (c <-chan time.Time, stop func() bool)
@@ -126,6 +144,10 @@ type Server struct {
 	newEnrolR *rateTable
 	pushR     *rateTable
 	polls     *waiters
+	// pulls, respBudget and pullChunk bound the pull answers being written (pull_slots.go).
+	pulls      *pullSlots
+	respBudget *bodylimit.Budget
+	pullChunk  int64
 	// unsubscribe ends the subscription to a shared store's notifications (a no-op otherwise).
 	unsubscribe func()
 	mux         *http.ServeMux
@@ -193,6 +215,24 @@ func New(ctx context.Context, store Store, opt Options) (*Server, error) {
 	if opt.MaxWaitingPerKey <= 0 {
 		opt.MaxWaitingPerKey = DefaultMaxWaitingPerKey
 	}
+	if opt.ResponseBudget <= 0 {
+		opt.ResponseBudget = DefaultResponseBudget
+	}
+	if opt.MaxPullsPerKey <= 0 {
+		opt.MaxPullsPerKey = DefaultMaxPullsPerKey
+	}
+	if opt.MaxPullsPerClient <= 0 {
+		opt.MaxPullsPerClient = DefaultMaxPullsPerClient
+	}
+	if opt.PullChunk <= 0 {
+		opt.PullChunk = DefaultPullChunk
+	}
+	if opt.PullWriteGrace <= 0 {
+		opt.PullWriteGrace = DefaultPullWriteGrace
+	}
+	if opt.PullMinRate <= 0 {
+		opt.PullMinRate = DefaultPullMinRate
+	}
 	if opt.WaitTimer == nil {
 		opt.WaitTimer = defaultWaitTimer
 	}
@@ -235,21 +275,24 @@ func New(ctx context.Context, store Store, opt Options) (*Server, error) {
 		return nil, fmt.Errorf("relayserver: new: %w", err)
 	}
 	s := &Server{
-		store:     store,
-		key:       opt.Key,
-		pub:       opt.Key.PublicKey(),
-		epoch:     meta.Epoch,
-		opt:       opt,
-		lim:       opt.Limits,
-		log:       opt.Logger,
-		chal:      challenger{secret: secret, ttl: mbx.ChallengeTTL},
-		enrolR:    newRateTable(opt.EnrolCallsPerMinute, time.Minute, opt.RateTableMax),
-		pushR:     newRateTable(opt.PushesPerMinute, time.Minute, opt.RateTableMax),
-		newEnrolR: newRateTable(opt.NewEnrolmentsPerDay, 24*time.Hour, opt.RateTableMax),
-		polls:     newWaiters(opt.MaxWaitingPerKey, opt.MaxWaiting),
-		budget:    bodylimit.NewBudget(opt.BodyBudget),
-		inflight:  &inflight{max: opt.MaxPerClient, m: map[string]int{}},
-		met:       opt.Metrics,
+		store:      store,
+		key:        opt.Key,
+		pub:        opt.Key.PublicKey(),
+		epoch:      meta.Epoch,
+		opt:        opt,
+		lim:        opt.Limits,
+		log:        opt.Logger,
+		chal:       challenger{secret: secret, ttl: mbx.ChallengeTTL},
+		enrolR:     newRateTable(opt.EnrolCallsPerMinute, time.Minute, opt.RateTableMax),
+		pushR:      newRateTable(opt.PushesPerMinute, time.Minute, opt.RateTableMax),
+		newEnrolR:  newRateTable(opt.NewEnrolmentsPerDay, 24*time.Hour, opt.RateTableMax),
+		polls:      newWaiters(opt.MaxWaitingPerKey, opt.MaxWaiting),
+		pulls:      newPullSlots(opt.MaxPullsPerKey, opt.MaxPullsPerClient),
+		pullChunk:  max(opt.PullChunk, opt.Limits.MaxItemBytes),
+		respBudget: bodylimit.NewBudget(opt.ResponseBudget),
+		budget:     bodylimit.NewBudget(opt.BodyBudget),
+		inflight:   &inflight{max: opt.MaxPerClient, m: map[string]int{}},
+		met:        opt.Metrics,
 	}
 	s.ops.init(opt.Clock())
 	s.deny.applied = map[string]bool{}

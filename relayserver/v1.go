@@ -287,12 +287,37 @@ func (s *Server) handleV1Pull(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, fmt.Errorf("%w: after must be a non-negative integer", ErrBadRequest))
 		return
 	}
+	// A v1 page is at most one chunk of the response budget (its cursor lets the client come
+	// back for the rest), bounded like a v2 answer: per key, per address, and by a write
+	// deadline from its size.
+	tk := s.respBudget.Ticket(s.responseShares(r, caller.HostPubkey)...)
+	defer tk.Release()
 	pb := pullPages.Get().(*PullBuf)
 	defer putPullBuf(pb)
-	p, err := pullPage(r.Context(), s.store, caller.HostPubkey, after, s.lim.MaxPull, s.lim.MaxPullBytes, pb)
+	p, err := s.readChunk(r.Context(), caller.HostPubkey, after, s.lim.MaxPull, s.lim.MaxPullBytes, pb, tk)
 	if err != nil {
 		s.writeError(w, r, fmt.Errorf("v1 pull: %w", err))
 		return
+	}
+	if len(p.Items) > 0 {
+		rc := http.NewResponseController(w)
+		slot, ok := s.pulls.acquire(caller.HostPubkey, clientKey(r, s.opt.TrustProxy), func() {
+			_ = rc.SetWriteDeadline(time.Unix(1, 0))
+		})
+		if !ok {
+			s.writeError(w, r, fmt.Errorf("%w: too many pulls in flight from this address", ErrBusy))
+			return
+		}
+		defer s.pulls.release(slot)
+		var wire int64
+		for _, it := range p.Items {
+			wire += int64(len(it.Wire))
+		}
+		if !tk.Take(wire) { // the answer is encoded whole: its bytes count too
+			s.writeError(w, r, errChunkBusy)
+			return
+		}
+		s.writeDeadline(rc, wire*4/3)
 	}
 	resp := v1PullResponse{Items: []v1Item{}, Cursor: p.HeadSeq}
 	if p.More && len(p.Items) > 0 {

@@ -11,6 +11,7 @@ import (
 // and bounds).
 type limitFlags struct {
 	bodyBudget, maxItems, maxBytes int64
+	responseBudget                 int64
 	perClient, enrolPerDay         int
 	pushesPerMinute                int
 }
@@ -21,6 +22,8 @@ func (l *limitFlags) add(cmd *cobra.Command) {
 		"request body bytes in flight across the relay, counted as they arrive (an address holds at most a quarter); past it requests get 503")
 	f.IntVar(&l.perClient, "max-per-client", relayserver.DefaultMaxPerClient,
 		"requests with a body one client address (IPv6: one /64) may have in flight")
+	f.Int64Var(&l.responseBudget, "response-budget", relayserver.DefaultResponseBudget,
+		"pull answer bytes held in memory across the relay (answers are written a chunk at a time); past it pages end early or pulls get 503")
 	f.Int64Var(&l.maxItems, "max-relay-items", 0,
 		"items all queues may hold together, past which pushes get rejected:quota:relay (0: from the free disk space at start; -1: no limit)")
 	f.Int64Var(&l.maxBytes, "max-relay-bytes", 0,
@@ -34,6 +37,7 @@ func (l *limitFlags) add(cmd *cobra.Command) {
 // apply sets the flags' values in o.
 func (l *limitFlags) apply(o relayserver.Options) relayserver.Options {
 	o.BodyBudget, o.MaxPerClient = l.bodyBudget, l.perClient
+	o.ResponseBudget = l.responseBudget
 	o.MaxRelayItems, o.MaxRelayBytes = l.maxItems, l.maxBytes
 	o.NewEnrolmentsPerDay = l.enrolPerDay
 	o.PushesPerMinute = l.pushesPerMinute
