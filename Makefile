@@ -1,7 +1,7 @@
 GO ?= go
 FUZZTIME ?= 5s
 
-.PHONY: build install demo test vet fmt fuzz bench release cross abuse soak
+.PHONY: build install demo test vet fmt fuzz bench release cross abuse soak soak-selftest
 
 # The version stamp: git describe and the commit (internal/version reads them).
 VERSION_PKG := github.com/agentmbx/agentmbx/internal/version
@@ -70,3 +70,8 @@ abuse:
 # SOAK_SEED, SOAK_MESSAGES, SOAK_RELAY_KILLS, SOAK_HOST_KILLS (see soak/soak_test.go).
 soak:
 	$(GO) test -tags soak -count=1 -v -timeout 4h -run '^TestSoak$$' ./soak/
+
+# The soak oracle's self-test: a short soak whose daemons skip the receiver's dedup (a failpoint)
+# must be reported duplicated and went_back (about a minute).
+soak-selftest:
+	$(GO) test -tags soak -count=1 -v -timeout 30m -run '^TestSoakOracleSelfTest$$' ./soak/

@@ -2,11 +2,15 @@
 // hosts "home" and "work" with no LAN route between them, driven through the real agentmbx
 // binary as child processes (the code paths a user runs). The hosts pair by card, pin the relay
 // key with --key and send mail both ways; the relay is SIGKILLed while mail is on its way and
-// restarted; a restore drill backs the relay up, lets more mail reach it, restores the backup
-// under a new epoch and has the hosts re-push and re-pull. The mailboxes are shown, doctor runs
-// on both hosts, and the demo ends with one line:
+// restarted; a restore drill backs the relay up with mail waiting in it, lets that mail be
+// delivered and more reach the relay, restores the backup under a new epoch, and has the hosts
+// re-push what the relay lost and re-pull what it had (delivered again, and kept once). The
+// mailboxes are shown, doctor runs on both hosts, and the demo ends with one line:
 //
-//	demo: sent=N delivered=N lost=0 duplicated=0
+//	demo: sent=N delivered=N lost=0 duplicated=0 went_back=0
+//
+// The count is package oracle's: deliveries, not mailbox rows (a copy's delivery count), and a
+// copy an agent read must never be seen unread again.
 //
 // Everything listens on 127.0.0.1 only. The directory is removed at the end unless Keep.
 package demo
@@ -21,6 +25,9 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
+
+	"github.com/agentmbx/agentmbx/api"
+	"github.com/agentmbx/agentmbx/internal/oracle"
 )
 
 // Config is one demo run.
@@ -36,24 +43,29 @@ type Config struct {
 	PerStep int
 	// Timeout bounds the whole run (default 2 minutes).
 	Timeout time.Duration
+	// DaemonEnv is added to the host daemons' environment: the oracle's self-test turns the
+	// receiver's dedup off there (a failpoint in MBX_FAILPOINT).
+	DaemonEnv []string
 }
 
-// Result is what the demo proved. OK is false when a message was lost or duplicated or a step
-// failed (Failed names it).
+// Result is what the demo proved. OK is false when a message was lost or duplicated, a copy went
+// back to an earlier state, or a step failed (Failed names it).
 type Result struct {
-	Sent       int     `json:"sent"`
-	Delivered  int     `json:"delivered"`
-	Lost       int     `json:"lost"`
-	Duplicated int     `json:"duplicated"`
-	OK         bool    `json:"ok"`
-	Failed     string  `json:"failed,omitempty"`
-	Seconds    float64 `json:"seconds"`
-	Dir        string  `json:"dir,omitempty"` // with Keep
+	Sent       int `json:"sent"`
+	Delivered  int `json:"delivered"`
+	Lost       int `json:"lost"`
+	Duplicated int `json:"duplicated"`
+	// WentBack counts the copies seen in an earlier state than before (read, then unread).
+	WentBack int     `json:"went_back"`
+	OK       bool    `json:"ok"`
+	Failed   string  `json:"failed,omitempty"`
+	Seconds  float64 `json:"seconds"`
+	Dir      string  `json:"dir,omitempty"` // with Keep
 }
 
 // Line is the summary line.
 func (r Result) Line() string {
-	return fmt.Sprintf("demo: sent=%d delivered=%d lost=%d duplicated=%d", r.Sent, r.Delivered, r.Lost, r.Duplicated)
+	return fmt.Sprintf("demo: sent=%d delivered=%d lost=%d duplicated=%d went_back=%d", r.Sent, r.Delivered, r.Lost, r.Duplicated, r.WentBack)
 }
 
 // run is the state of one demo.
@@ -69,15 +81,14 @@ type run struct {
 	relayURL string
 	relay    *proc
 	hosts    map[string]*hostProc
-	// sent maps each message id to the mailbox it must reach, once.
-	sent  map[string]mailbox
-	order []string
+	// sent is every message sent, with the mailbox it must reach, once; ids holds their ids.
+	sent []oracle.Sent
+	ids  map[string]bool
+	// watch sees every copy's state at each look, and the reads the demo made.
+	watch oracle.Watch
+	// problems are the oracle's problems at the last tally.
+	problems []string
 }
-
-// mailbox is an agent on a host.
-type mailbox struct{ host, agent string }
-
-func (m mailbox) String() string { return m.agent + "@" + m.host }
 
 // hostProc is one host: its home and its daemon.
 type hostProc struct {
@@ -109,7 +120,7 @@ func Run(ctx context.Context, cfg Config) (res Result, err error) {
 	if err != nil {
 		return Result{}, fmt.Errorf("demo: %w", err)
 	}
-	d := &run{cfg: cfg, dir: dir, out: cfg.Out, hosts: map[string]*hostProc{}, sent: map[string]mailbox{}}
+	d := &run{cfg: cfg, dir: dir, out: cfg.Out, hosts: map[string]*hostProc{}, ids: map[string]bool{}}
 	defer func() {
 		for _, p := range d.procs {
 			p.kill()
@@ -130,9 +141,11 @@ func Run(ctx context.Context, cfg Config) (res Result, err error) {
 		d.dumpLogs()
 		return res, err
 	}
-	if res.Lost > 0 || res.Duplicated > 0 || res.Delivered != res.Sent {
-		res.OK = false
-		res.Failed = "mail was lost or duplicated"
+	if !res.OK {
+		res.Failed = "mail was lost or duplicated, or went back to unread"
+		for _, p := range d.problems {
+			d.say("  %s", p)
+		}
 		return res, errors.New("demo: " + res.Failed)
 	}
 	return res, nil
@@ -149,7 +162,7 @@ func (d *run) steps(ctx context.Context) error {
 		{"pin the relay with --key and start both daemons", d.pinAndStart},
 		{"send mail both ways through the relay", d.mailBothWays},
 		{"SIGKILL the relay with mail in flight, restart it", d.killRelay},
-		{"restore drill: backup, more mail, stop, restore, new epoch, re-push and re-pull", d.restoreDrill},
+		{"restore drill: backup with mail waiting, more mail, restore, new epoch, re-push and re-pull", d.restoreDrill},
 		{"show each mailbox", d.showMailboxes},
 		{"run doctor on both hosts", d.doctorBoth},
 	}
@@ -219,63 +232,49 @@ func (d *run) dumpLogs() {
 	}
 }
 
-// tally counts, for every message sent, the copies in the mailbox it was sent to.
+// tally is the oracle's count of every message sent, from every mailbox the demo sent to.
 func (d *run) tally(ctx context.Context) Result {
-	copies, err := d.copies(ctx)
-	res := score(d.order, copies)
+	boxes, err := d.boxes(ctx)
+	t := oracle.Count(d.sent, boxes, &d.watch)
+	d.problems = t.Problems
+	res := resultOf(t)
 	if err != nil {
 		res.OK, res.Failed = false, err.Error()
 	}
 	return res
 }
 
-// score counts the messages sent (ids) that arrived, were lost, or arrived more than once.
-func score(ids []string, copies map[string]int) Result {
-	res := Result{Sent: len(ids)}
-	for _, id := range ids {
-		switch n := copies[id]; {
-		case n == 0:
-			res.Lost++
-		default:
-			res.Delivered++
-			res.Duplicated += n - 1
-		}
-	}
-	res.OK = res.Lost == 0 && res.Duplicated == 0
-	return res
+// resultOf is the demo's figures of the oracle's count.
+func resultOf(t oracle.Tally) Result {
+	return Result{Sent: t.Messages, Delivered: t.Delivered, Lost: t.Lost, Duplicated: t.Duplicated, WentBack: t.WentBack, OK: t.OK()}
 }
 
-// message is the part of an inbox entry the demo reads.
-type message struct {
-	ID      string `json:"id"`
-	From    string `json:"from"`
-	Subject string `json:"subject"`
-	Agent   string `json:"agent"`
-}
-
-// copies counts the messages with each id in the mailboxes the demo sent to.
-func (d *run) copies(ctx context.Context) (map[string]int, error) {
-	n := map[string]int{}
+// boxes lists every copy in the mailboxes the demo sends to (inbox --all --json of the agent of
+// each host created so far).
+func (d *run) boxes(ctx context.Context) (map[oracle.Mailbox][]oracle.Copy, error) {
+	out := map[oracle.Mailbox][]oracle.Copy{}
 	for _, h := range d.hosts {
 		msgs, err := d.inbox(ctx, h)
 		if err != nil {
-			return n, err
+			return out, err
 		}
-		for _, m := range msgs {
-			if want, ok := d.sent[m.ID]; ok && want.host == h.name && want.agent == m.Agent {
-				n[m.ID]++
-			}
+		m := h.mailbox()
+		out[m] = []oracle.Copy{}
+		for _, msg := range msgs {
+			out[m] = append(out[m], oracle.Copy{ID: msg.ID, State: msg.State, Deliveries: msg.Deliveries})
 		}
 	}
-	return n, nil
+	return out, nil
 }
 
-func (d *run) inbox(ctx context.Context, h *hostProc) ([]message, error) {
-	out, err := d.must(ctx, "inbox", "--home", h.home, "--as", h.agent, "--all", "--json")
+func (h *hostProc) mailbox() oracle.Mailbox { return oracle.Mailbox{Host: h.name, Agent: h.agent} }
+
+func (d *run) inbox(ctx context.Context, h *hostProc) ([]api.Message, error) {
+	out, err := d.must(ctx, "inbox", "--home", h.home, "--as", h.agent, "--all", "--limit", "0", "--json")
 	if err != nil {
 		return nil, err
 	}
-	var msgs []message
+	var msgs []api.Message
 	if err := json.Unmarshal([]byte(out), &msgs); err != nil {
 		return nil, fmt.Errorf("inbox of %s: %w", h.name, err)
 	}

@@ -6,26 +6,28 @@ import (
 	"os"
 	"strings"
 	"testing"
+
+	"github.com/agentmbx/agentmbx/internal/oracle"
 )
 
-func TestScore(t *testing.T) {
+func TestResultOf(t *testing.T) {
 	tests := []struct {
-		name   string
-		ids    []string
-		copies map[string]int
-		want   string
-		ok     bool
+		name  string
+		tally oracle.Tally
+		want  string
+		ok    bool
 	}{
-		{"all once", []string{"a", "b"}, map[string]int{"a": 1, "b": 1}, "demo: sent=2 delivered=2 lost=0 duplicated=0", true},
-		{"one lost", []string{"a", "b"}, map[string]int{"a": 1}, "demo: sent=2 delivered=1 lost=1 duplicated=0", false},
-		{"one twice", []string{"a", "b"}, map[string]int{"a": 1, "b": 2}, "demo: sent=2 delivered=2 lost=0 duplicated=1", false},
-		{"nothing sent", nil, nil, "demo: sent=0 delivered=0 lost=0 duplicated=0", true},
+		{"all once", oracle.Tally{Messages: 2, Delivered: 2}, "demo: sent=2 delivered=2 lost=0 duplicated=0 went_back=0", true},
+		{"one lost", oracle.Tally{Messages: 2, Delivered: 1, Lost: 1}, "demo: sent=2 delivered=1 lost=1 duplicated=0 went_back=0", false},
+		{"one twice", oracle.Tally{Messages: 2, Delivered: 1, Duplicated: 1}, "demo: sent=2 delivered=1 lost=0 duplicated=1 went_back=0", false},
+		{"one back to unread", oracle.Tally{Messages: 2, Delivered: 2, WentBack: 1}, "demo: sent=2 delivered=2 lost=0 duplicated=0 went_back=1", false},
+		{"nothing sent", oracle.Tally{}, "demo: sent=0 delivered=0 lost=0 duplicated=0 went_back=0", true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			r := score(tt.ids, tt.copies)
+			r := resultOf(tt.tally)
 			if r.Line() != tt.want || r.OK != tt.ok {
-				t.Fatalf("score = %q ok %v, want %q ok %v", r.Line(), r.OK, tt.want, tt.ok)
+				t.Fatalf("resultOf = %q ok %v, want %q ok %v", r.Line(), r.OK, tt.want, tt.ok)
 			}
 		})
 	}

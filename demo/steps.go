@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/agentmbx/agentmbx/api"
+	"github.com/agentmbx/agentmbx/internal/oracle"
 )
 
 // stopWait bounds a child's clean stop.
@@ -119,7 +120,7 @@ func (d *run) startDaemon(ctx context.Context, h *hostProc) error {
 	}
 	addrFile := h.home + ".addr"
 	os.Remove(addrFile)
-	p, err := d.start(h.name, nil, "daemon", "--home", h.home, "--listen", listen, "--tick", "100ms", "--addr-file", addrFile)
+	p, err := d.start(h.name, d.cfg.DaemonEnv, "daemon", "--home", h.home, "--listen", listen, "--tick", "100ms", "--addr-file", addrFile)
 	if err != nil {
 		return err
 	}
@@ -168,29 +169,37 @@ func (d *run) send(ctx context.Context, from, to *hostProc, n int, subject strin
 			return err
 		}
 		id := strings.TrimSpace(out)
-		if _, dup := d.sent[id]; dup || id == "" {
+		if d.ids[id] || id == "" {
 			return fmt.Errorf("send printed id %q twice or not at all", id)
 		}
-		d.sent[id] = mailbox{host: to.name, agent: to.agent}
-		d.order = append(d.order, id)
+		d.ids[id] = true
+		d.sent = append(d.sent, oracle.Sent{ID: id, From: from.mailbox(), To: []oracle.Mailbox{to.mailbox()}})
 	}
 	return nil
 }
 
-// waitDelivered waits until every message sent so far is in its mailbox.
+// ids of the messages sent from the n-th on.
+func (d *run) idsFrom(n int) []string {
+	var out []string
+	for _, s := range d.sent[n:] {
+		out = append(out, s.ID)
+	}
+	return out
+}
+
+// waitDelivered waits until every message sent so far is in its mailbox (or the oracle sees one
+// that no waiting undoes: a duplicate, a misdelivery, a copy gone back).
 func (d *run) waitDelivered(ctx context.Context) error {
 	return poll(ctx, "every message in its mailbox", func() (bool, string, error) {
-		n, err := d.copies(ctx)
+		boxes, err := d.boxes(ctx)
 		if err != nil {
 			return false, "", err
 		}
-		missing := 0
-		for _, id := range d.order {
-			if n[id] == 0 {
-				missing++
-			}
+		t := oracle.Count(d.sent, boxes, &d.watch)
+		if t.Duplicated > 0 || t.Misdelivered > 0 || t.WentBack > 0 || t.Uncounted > 0 {
+			return true, "", nil // the tally at the end reports it
 		}
-		return missing == 0, fmt.Sprintf("%d of %d missing", missing, len(d.order)), nil
+		return t.Lost == 0, fmt.Sprintf("%d of %d missing", t.Lost, len(d.sent)), nil
 	})
 }
 
@@ -236,17 +245,15 @@ func (d *run) killRelay(ctx context.Context) error {
 	return nil
 }
 
-// restoreDrill: back the relay up online; stop work, so that more mail waits at the relay;
-// stop the relay, restore the backup (a new epoch, without that mail), start it again. home
-// re-pushes what the relay had accepted but work had not confirmed, work pulls again from 0.
+// restoreDrill: with work stopped, mail for it waits at the relay and is in the online backup;
+// work comes back and gets it (bob reads the first); work stops again and more mail reaches the
+// relay after the backup. The relay is stopped, restored from the
+// backup (a new epoch) and started: it has lost the later mail, which home re-pushes (its rows
+// are still relay-accepted, without work's receipt), and holds the earlier mail again, which work
+// pulls a second time from the start of the new epoch: its dedup keeps one delivery, and bob's
+// copy stays read.
 func (d *run) restoreDrill(ctx context.Context) error {
 	home, work := d.hosts["home"], d.hosts["work"]
-	backup := filepath.Join(d.dir, "relay-backup.db")
-	out, err := d.must(ctx, "relay", "backup", backup, "--store-dir", d.relayDir)
-	if err != nil {
-		return err
-	}
-	d.detail("agentmbx relay backup: " + strings.TrimSpace(out))
 	before, err := d.relayStatus(ctx, home)
 	if err != nil {
 		return err
@@ -254,14 +261,41 @@ func (d *run) restoreDrill(ctx context.Context) error {
 	if err := work.daemon.stop(stopWait); err != nil {
 		return err
 	}
-	mark := len(d.order)
+	mark := len(d.sent)
+	if err := d.send(ctx, home, work, d.cfg.PerStep, "waiting in the backup"); err != nil {
+		return err
+	}
+	waiting := d.idsFrom(mark)
+	if err := d.waitRelayAccepted(ctx, home, waiting); err != nil {
+		return err
+	}
+	backup := filepath.Join(d.dir, "relay-backup.db")
+	out, err := d.must(ctx, "relay", "backup", backup, "--store-dir", d.relayDir)
+	if err != nil {
+		return err
+	}
+	d.detail(fmt.Sprintf("work stopped; %d messages for it wait at the relay\nagentmbx relay backup: %s", len(waiting), strings.TrimSpace(out)))
+	if err := d.startDaemon(ctx, work); err != nil {
+		return err
+	}
+	if err := d.waitDelivered(ctx); err != nil {
+		return err
+	}
+	if err := d.read(ctx, work, waiting[0]); err != nil {
+		return err
+	}
+	d.detail(fmt.Sprintf("work started and got them (bob read %s)", waiting[0]))
+	if err := work.daemon.stop(stopWait); err != nil {
+		return err
+	}
+	mark = len(d.sent)
 	if err := d.send(ctx, home, work, d.cfg.PerStep, "after the backup"); err != nil {
 		return err
 	}
-	if err := d.waitRelayAccepted(ctx, home, d.order[mark:]); err != nil {
+	if err := d.waitRelayAccepted(ctx, home, d.idsFrom(mark)); err != nil {
 		return err
 	}
-	d.detail(fmt.Sprintf("work stopped; %d more messages accepted by the relay after the backup", d.cfg.PerStep))
+	d.detail(fmt.Sprintf("work stopped again; %d more messages accepted by the relay after the backup", d.cfg.PerStep))
 	if err := d.relay.stop(stopWait); err != nil {
 		return err
 	}
@@ -289,7 +323,23 @@ func (d *run) restoreDrill(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	d.detail(fmt.Sprintf("new epoch %s: both hosts enrolled again, re-pushed and re-pulled (work's receive resets: %d)", after.Epoch, after.Resets))
+	d.detail(fmt.Sprintf("new epoch %s: both hosts enrolled again; home re-pushed what the restore lost, work pulled\n"+
+		"again from the start (receive resets: %d) and kept the mail it already had once", after.Epoch, after.Resets))
+	return nil
+}
+
+// read has h's agent read message id (`agentmbx read`), and tells the watch: the copy may never
+// be seen unread again.
+func (d *run) read(ctx context.Context, h *hostProc, id string) error {
+	out, err := d.must(ctx, "read", id, "--as", h.agent, "--json", "--home", h.home)
+	if err != nil {
+		return err
+	}
+	var m api.Message
+	if err := json.Unmarshal([]byte(out), &m); err != nil {
+		return fmt.Errorf("read %s printed %q: %w", id, out, err)
+	}
+	d.watch.Moved(h.mailbox(), id, m.State)
 	return nil
 }
 

@@ -10,12 +10,14 @@ import (
 	"strings"
 
 	"github.com/agentmbx/agentmbx/api"
+	"github.com/agentmbx/agentmbx/internal/oracle"
 	"github.com/agentmbx/agentmbx/mbx"
 	"github.com/agentmbx/agentmbx/soak"
 )
 
-// The oracle: the soak's (every message in every intended mailbox exactly once, every sender row
-// settled, nothing quarantined) plus the relay's sequence numbers, watched on the wire: per target
+// The oracle: the soak's (every message delivered exactly once to every intended mailbox and no
+// copy ever back to an earlier state, package internal/oracle; every sender row settled, nothing
+// quarantined) plus the relay's sequence numbers, watched on the wire: per target
 // they only grow, an item keeps the seq it was accepted with, and a page lists its items in seq
 // order after the position asked for.
 
@@ -98,7 +100,7 @@ func (s seqOracle) pull(w *world, target string, after int64, page mbx.PullRespo
 func short(key string) string { return mbx.Fingerprint(key) }
 
 // check runs the soak's oracle on the quiescent world and returns its tally and problems.
-func (w *world) check(topo []soak.Host) (soak.Tally, []string, error) {
+func (w *world) check(topo []soak.Host) (oracle.Tally, []string, error) {
 	ctx := context.Background()
 	// The outbox rows first: listing a mailbox marks its copies notified, which queues receipts.
 	rows := map[string][]api.OutboxRow{}
@@ -106,36 +108,35 @@ func (w *world) check(topo []soak.Host) (soak.Tally, []string, error) {
 	for _, sh := range w.hosts {
 		rs, err := sh.h.Outbox(ctx)
 		if err != nil {
-			return soak.Tally{}, nil, err
+			return oracle.Tally{}, nil, err
 		}
 		rows[sh.name] = rs
 		q, err := sh.h.Relay().RelayQuarantine(ctx)
 		if err != nil {
-			return soak.Tally{}, nil, err
+			return oracle.Tally{}, nil, err
 		}
 		for _, it := range q {
 			problems = append(problems, fmt.Sprintf("%s: quarantined item %s from %s: %s (%s)", sh.name, it.ItemID, it.Host, it.Cause, it.Reason))
 		}
 	}
-	boxes := map[soak.Mailbox][]string{}
+	boxes := map[oracle.Mailbox][]oracle.Copy{}
 	var alerts []string
 	for i, sh := range w.hosts {
 		for _, a := range topo[i].Agents {
 			msgs, err := sh.h.Service().Inbox(ctx, a.Name, true)
 			if err != nil {
-				return soak.Tally{}, nil, err
+				return oracle.Tally{}, nil, err
 			}
-			mb := soak.Mailbox{Host: sh.name, Agent: a.Name}
-			boxes[mb] = []string{}
+			mb := oracle.Mailbox{Host: sh.name, Agent: a.Name}
+			boxes[mb] = soak.Copies(msgs)
 			for _, m := range msgs {
-				boxes[mb] = append(boxes[mb], m.ID)
 				if m.Kind == string(mbx.KindAlert) {
 					alerts = append(alerts, m.Body)
 				}
 			}
 		}
 	}
-	tally := soak.Count(w.sent, boxes)
+	tally := oracle.Count(w.sent, boxes, &w.watch)
 	problems = append(problems, tally.Problems...)
 	for _, sh := range w.hosts {
 		for _, u := range soak.Unsettled(rows[sh.name], alerts) {
@@ -146,7 +147,7 @@ func (w *world) check(topo []soak.Host) (soak.Tally, []string, error) {
 	for _, sh := range w.hosts {
 		all = append(all, rows[sh.name]...)
 	}
-	for _, p := range soak.SeqsGrow(all) {
+	for _, p := range soak.SeqsUnique(all) {
 		problems = append(problems, "relay seqs (outbox rows): "+p)
 	}
 	problems = append(problems, w.problems...)

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/agentmbx/agentmbx/api"
+	"github.com/agentmbx/agentmbx/internal/oracle"
 	"github.com/agentmbx/agentmbx/soak"
 )
 
@@ -29,6 +30,10 @@ type Config struct {
 	// MaxBatch is the max_batch the relay announces (0: mbx.DefaultMaxBatch). A small one splits
 	// a host's send into several pushes, whose answers can straddle a crash or a restore.
 	MaxBatch int
+	// NoMoves leaves out the schedule's reads and acks of received mail (Stats.Moves), which the
+	// oracle's watch needs to see a copy go back: the schedule is then the one the seeds of
+	// TestSimRegressions were found with.
+	NoMoves bool
 }
 
 // SmallBatch is the MaxBatch of every third seed in TestSim (seed % 3 == 1).
@@ -63,7 +68,7 @@ type Result struct {
 	// Hash is the trace's SHA-256: the same seed gives the same hash.
 	Hash string
 	// Tally is the soak oracle's count; Problems every oracle failure (none: the run passed).
-	Tally    soak.Tally
+	Tally    oracle.Tally
 	Problems []string
 	Stats    Stats
 	// Tail is the end of the trace, for a failure's report.
@@ -188,6 +193,9 @@ func (w *world) event(topo []soak.Host) error {
 	if len(w.sent) < w.cfg.Messages && len(w.downHosts()) < len(w.hosts) {
 		add(4, "send", func() error { return w.send(topo) })
 	}
+	if !w.cfg.NoMoves && len(w.sent) > 0 {
+		add(0.5, "move", w.move)
+	}
 	for _, sh := range w.hosts {
 		if sh.h == nil {
 			add(2, "restart "+sh.name, func() error { return w.restartHost(sh) })
@@ -292,9 +300,53 @@ func (w *world) send(topo []soak.Host) error {
 	if err != nil {
 		return fmt.Errorf("sim: %s: send from %s to %s: %w", sh.name, agent, to, err)
 	}
-	w.sent = append(w.sent, soak.Sent{ID: res.ID, From: soak.Mailbox{Host: sh.name, Agent: agent},
+	w.sent = append(w.sent, oracle.Sent{ID: res.ID, From: oracle.Mailbox{Host: sh.name, Agent: agent},
 		To: soak.Recipients(topo, sh.name, agent, to)})
 	w.tracef("send %s %s@%s → %s hosts=%v", res.ID, agent, sh.name, to, res.Hosts)
+	return nil
+}
+
+// move has an agent read or ack (one in three) a message in its mailbox: a sent message's
+// recipient, on a host that is up. The watch then requires the copy never to be seen unread
+// again (a re-delivery would put it back to delivered).
+func (w *world) move() error {
+	s := w.sent[w.rng.IntN(len(w.sent))]
+	m := s.To[w.rng.IntN(len(s.To))]
+	ack := w.rng.IntN(3) == 0
+	var sh *simHost
+	for _, h := range w.hosts {
+		if h.name == m.Host {
+			sh = h
+		}
+	}
+	if sh.h == nil {
+		w.tracef("move skipped: %s is down", m.Host)
+		return nil
+	}
+	ctx := context.Background()
+	svc := sh.h.Service()
+	msgs, err := svc.Inbox(ctx, m.Agent, true)
+	if err != nil {
+		return fmt.Errorf("sim: inbox of %s: %w", m, err)
+	}
+	w.watch.Look(map[oracle.Mailbox][]oracle.Copy{m: soak.Copies(msgs)})
+	if len(msgs) == 0 {
+		w.tracef("move skipped: %s is empty", m)
+		return nil
+	}
+	id := msgs[w.rng.IntN(len(msgs))].ID
+	var got api.Message
+	if ack {
+		got, err = svc.Ack(ctx, api.AckRequest{Agent: m.Agent, ID: id})
+	} else {
+		got, err = svc.Read(ctx, api.ReadRequest{Agent: m.Agent, ID: id})
+	}
+	if err != nil {
+		return fmt.Errorf("sim: %s: read or ack %s: %w", m, id, err)
+	}
+	w.watch.Moved(m, id, got.State)
+	w.stats.Moves++
+	w.tracef("move %s of %s: %s", id, m, got.State)
 	return nil
 }
 

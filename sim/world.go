@@ -17,6 +17,7 @@ import (
 
 	"github.com/agentmbx/agentmbx/api"
 	"github.com/agentmbx/agentmbx/host"
+	"github.com/agentmbx/agentmbx/internal/oracle"
 	"github.com/agentmbx/agentmbx/internal/testkit"
 	"github.com/agentmbx/agentmbx/mbx"
 	"github.com/agentmbx/agentmbx/relayclient"
@@ -95,7 +96,8 @@ type world struct {
 	trace    hash.Hash
 	steps    int
 	tail     []string // the last trace lines, for a failure's report
-	sent     []soak.Sent
+	sent     []oracle.Sent
+	watch    oracle.Watch // every copy's furthest state: the reads and acks, and each look
 	stats    Stats
 	seqs     seqOracle
 	problems []string
@@ -103,8 +105,8 @@ type world struct {
 
 // Stats counts what a run did.
 type Stats struct {
-	Events, Messages, LostRequests, LostAnswers, Duplicated, HostCrashes, RelayCrashes, Restores int
-	SimTime                                                                                      time.Duration
+	Events, Messages, LostRequests, LostAnswers, Duplicated, HostCrashes, RelayCrashes, Restores, Moves int
+	SimTime                                                                                             time.Duration
 }
 
 func newWorld(cfg Config, dir string) *world {

@@ -4,12 +4,9 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
+
+	"github.com/agentmbx/agentmbx/internal/oracle"
 )
-
-// Mailbox is an agent on a host.
-type Mailbox struct{ Host, Agent string }
-
-func (m Mailbox) String() string { return m.Agent + "@" + m.Host }
 
 // Agent is an agent of a host, with its role ("" for none).
 type Agent struct{ Name, Role string }
@@ -68,11 +65,11 @@ func Pick(rng *rand.Rand, hosts []Host) (from int, agent, to string) {
 // Recipients is where a message from agent on host from to address to must arrive, as
 // agentmbx resolves addresses: name@host is that mailbox; a bare name is that agent on every
 // host; role:R every agent with role R but the sender; '*' every agent but the sender.
-func Recipients(hosts []Host, from, agent, to string) []Mailbox {
-	var out []Mailbox
+func Recipients(hosts []Host, from, agent, to string) []oracle.Mailbox {
+	var out []oracle.Mailbox
 	for _, h := range hosts {
 		for _, a := range h.Agents {
-			m := Mailbox{h.Name, a.Name}
+			m := oracle.Mailbox{Host: h.Name, Agent: a.Name}
 			self := h.Name == from && a.Name == agent
 			var hit bool
 			switch {
@@ -88,7 +85,7 @@ func Recipients(hosts []Host, from, agent, to string) []Mailbox {
 			}
 		}
 	}
-	slices.SortFunc(out, func(a, b Mailbox) int {
+	slices.SortFunc(out, func(a, b oracle.Mailbox) int {
 		if a.Host != b.Host {
 			return cmpStr(a.Host, b.Host)
 		}

@@ -7,12 +7,8 @@ import (
 	"testing"
 
 	"github.com/agentmbx/agentmbx/api"
+	"github.com/agentmbx/agentmbx/internal/oracle"
 )
-
-func mb(s string) Mailbox {
-	a, h, _ := strings.Cut(s, "@")
-	return Mailbox{h, a}
-}
 
 func TestRecipientsFollowAgentmbxAddressing(t *testing.T) {
 	hosts := Topology(3)
@@ -62,42 +58,6 @@ func TestPickDrawsEveryKindOfAddress(t *testing.T) {
 	}
 }
 
-func TestCountFindsLossDuplicationAndMisdelivery(t *testing.T) {
-	sent := []Sent{
-		{ID: "a", To: []Mailbox{mb("x@h1"), mb("y@h2")}},
-		{ID: "b", To: []Mailbox{mb("x@h1")}},
-		{ID: "c", To: []Mailbox{mb("y@h2")}},
-	}
-	tests := []struct {
-		name  string
-		boxes map[Mailbox][]string
-		want  Tally
-	}{
-		{"all once", map[Mailbox][]string{mb("x@h1"): {"a", "b", "alert-id"}, mb("y@h2"): {"a", "c"}},
-			Tally{Messages: 3, Delivered: 3}},
-		{"one copy lost", map[Mailbox][]string{mb("x@h1"): {"a", "b"}, mb("y@h2"): {"c"}},
-			Tally{Messages: 3, Delivered: 2, Lost: 1}},
-		{"one twice", map[Mailbox][]string{mb("x@h1"): {"a", "b", "b"}, mb("y@h2"): {"a", "c"}},
-			Tally{Messages: 3, Delivered: 2, Duplicated: 1}},
-		{"one in the wrong box", map[Mailbox][]string{mb("x@h1"): {"a", "b", "c"}, mb("y@h2"): {"a", "c"}},
-			Tally{Messages: 3, Delivered: 2, Misdelivered: 1}},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			got := Count(sent, tt.boxes)
-			problems := got.Problems
-			got.Problems = nil
-			if got.Messages != tt.want.Messages || got.Delivered != tt.want.Delivered || got.Lost != tt.want.Lost ||
-				got.Duplicated != tt.want.Duplicated || got.Misdelivered != tt.want.Misdelivered {
-				t.Fatalf("Count = %+v, want %+v", got, tt.want)
-			}
-			if got.OK() != (tt.name == "all once") || (len(problems) == 0) != got.OK() {
-				t.Fatalf("OK %v with problems %v", got.OK(), problems)
-			}
-		})
-	}
-}
-
 func TestUnsettledRows(t *testing.T) {
 	rows := []api.OutboxRow{
 		{MsgID: "done1", State: "done"},
@@ -118,37 +78,30 @@ func TestUnsettledRows(t *testing.T) {
 }
 
 func TestLine(t *testing.T) {
-	got := Line(5, Tally{Messages: 9, Delivered: 9}, 3, 4, 11, 1, 61.4)
-	want := "soak: seed=5 messages=9 delivered=9 lost=0 duplicated=0 relay_kills=3 host_kills=4 lost_responses=11 restores=1 seconds=61"
+	got := Line(5, oracle.Tally{Messages: 9, Delivered: 9, WentBack: 2}, 3, 4, 11, 1, 61.4)
+	want := "soak: seed=5 messages=9 delivered=9 lost=0 duplicated=0 went_back=2 relay_kills=3 host_kills=4 lost_responses=11 restores=1 seconds=61"
 	if got != want {
 		t.Fatalf("Line = %q, want %q", got, want)
 	}
 }
 
-func TestSeqsGrowPerTarget(t *testing.T) {
-	row := func(id, host string, seq int64, at string) api.OutboxRow {
-		return api.OutboxRow{MsgID: id, Host: host, Seq: seq, AcceptedAt: at}
+func TestSeqsUniquePerTarget(t *testing.T) {
+	row := func(id, host string, seq int64) api.OutboxRow {
+		return api.OutboxRow{MsgID: id, Host: host, Kind: "envelope", Seq: seq}
 	}
 	good := []api.OutboxRow{
-		row("m3", "h2", 30, "2026-10-02T10:00:03.000Z"),
-		row("m1", "h2", 10, "2026-10-02T10:00:01.000Z"),
-		row("m2", "h2", 11, "2026-10-02T10:00:01.000Z"), // same ms: seq order decides
-		row("m1", "h3", 5, "2026-10-02T10:00:09.000Z"),  // another target counts apart
-		{MsgID: "m9", Host: "h2"},                       // over the LAN: no seq
+		row("m3", "h2", 30),
+		row("m1", "h2", 10),
+		row("m2", "h2", 11),
+		row("m1", "h3", 10),       // another target counts apart
+		{MsgID: "m9", Host: "h2"}, // over the LAN: no seq
+		{MsgID: "m8", Host: "h2"},
 	}
-	if got := SeqsGrow(good); len(got) != 0 {
-		t.Fatalf("SeqsGrow(growing seqs) = %q, want none", got)
+	if got := SeqsUnique(good); len(got) != 0 {
+		t.Fatalf("SeqsUnique(distinct seqs) = %q, want none", got)
 	}
-	back := append(good, row("m4", "h2", 29, "2026-10-02T10:00:04.000Z"))
-	if got := SeqsGrow(back); len(got) != 1 || !strings.Contains(got[0], "seq went back for h2: m4") {
-		t.Fatalf("SeqsGrow(a seq below an earlier one) = %q, want m4 named", got)
-	}
-	shared := append(good, row("m5", "h2", 30, "2026-10-02T10:00:05.000Z"))
-	if got := SeqsGrow(shared); len(got) != 1 || !strings.Contains(got[0], "share seq 30") {
-		t.Fatalf("SeqsGrow(a reused seq) = %q, want the shared seq named", got)
-	}
-	bad := []api.OutboxRow{row("m6", "h2", 1, "yesterday")}
-	if got := SeqsGrow(bad); len(got) != 1 {
-		t.Fatalf("SeqsGrow(an unreadable time) = %q, want one problem", got)
+	shared := append(good, api.OutboxRow{MsgID: "m1", Host: "h2", Kind: "receipt", Seq: 30})
+	if got := SeqsUnique(shared); len(got) != 1 || !strings.Contains(got[0], "envelope m3 and receipt m1 to h2 share seq 30") {
+		t.Fatalf("SeqsUnique(a reused seq) = %q, want both rows named", got)
 	}
 }

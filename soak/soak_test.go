@@ -20,6 +20,9 @@ import (
 
 	"github.com/agentmbx/agentmbx/api"
 	"github.com/agentmbx/agentmbx/demo"
+	"github.com/agentmbx/agentmbx/host/mailstore"
+	"github.com/agentmbx/agentmbx/internal/failpoint"
+	"github.com/agentmbx/agentmbx/internal/oracle"
 )
 
 // config is one soak run, from the environment (see docs/development.md "Soak", make soak).
@@ -31,6 +34,7 @@ type config struct {
 	faults     Faults
 	quiet      time.Duration // how long to wait for quiescence at the end
 	keep       bool
+	daemonEnv  []string // added to every daemon's environment (the oracle's self-test)
 }
 
 func envInt(t *testing.T, name string, def int) int {
@@ -121,11 +125,17 @@ type soak struct {
 	relay *demo.Proc
 	proxy *Proxy
 	hosts []*soakHost
-	sent  []Sent
+	sent  []oracle.Sent
+	// watch sees every copy's state at each look, and the reads and acks the soak made.
+	watch oracle.Watch
+	// moves draws the reads and acks, apart from rng so that a seed's traffic and faults stay
+	// what they were before the soak read its mail.
+	moves *rand.Rand
 
 	relayKills, hostKills, restores int
 	backup                          string
-	oldEpoch                        string // the epoch h1 knew before the restore
+	pinned                          []string // the mail that waited for h2 in the backup
+	oldEpoch                        string   // the epoch h1 knew before the restore
 }
 
 // freeAddr is a loopback address free a moment ago (the relay and the daemons keep theirs
@@ -145,12 +155,39 @@ func freeAddr(t *testing.T) string {
 // timing is the machine's).
 func TestSoak(t *testing.T) {
 	cfg := loadConfig(t)
+	tally, s := runSoak(t, cfg)
+	if !tally.OK() {
+		t.Fatalf("seed %d: mail lost or duplicated:\n%s", cfg.seed, strings.Join(tally.Problems, "\n"))
+	}
+	s.faultsHappened()
+}
+
+// TestSoakOracleSelfTest runs a short soak whose daemons skip the receiver's dedup (the
+// failpoint mailstore.FailSkipDedup): the restore hands h2 mail it already had (see
+// backupWithMailWaiting), so the oracle must count deliveries beyond the first, and see the copy
+// the soak had read go back to unread. An oracle that counts rows would pass this run.
+func TestSoakOracleSelfTest(t *testing.T) {
+	cfg := loadConfig(t)
+	cfg.messages, cfg.relayKills, cfg.hostKills = 12, 0, 0
+	cfg.faults = Faults{}
+	cfg.quiet = 3 * time.Minute
+	cfg.daemonEnv = []string{failpoint.Env + "=" + mailstore.FailSkipDedup + "=" + failpoint.Error.String()}
+	tally, _ := runSoak(t, cfg)
+	if tally.Duplicated < 1 || tally.WentBack < 1 || tally.OK() {
+		t.Fatalf("with the dedup skipped, the oracle saw duplicated=%d went_back=%d (want both at least 1):\n%s",
+			tally.Duplicated, tally.WentBack, strings.Join(tally.Problems, "\n"))
+	}
+	t.Logf("self-test: the oracle saw duplicated=%d went_back=%d", tally.Duplicated, tally.WentBack)
+}
+
+// runSoak runs one soak and returns the oracle's final count.
+func runSoak(t *testing.T, cfg config) (oracle.Tally, *soak) {
 	start := time.Now()
 	dir, err := os.MkdirTemp("", "mbxsoak")
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := &soak{t: t, cfg: cfg, dir: dir, rng: rand.New(rand.NewPCG(cfg.seed, 17))}
+	s := &soak{t: t, cfg: cfg, dir: dir, rng: rand.New(rand.NewPCG(cfg.seed, 17)), moves: rand.New(rand.NewPCG(cfg.seed, 23))}
 	s.kit = demo.NewKit(binary(t, dir))
 	t.Cleanup(func() {
 		s.kit.KillAll()
@@ -173,8 +210,37 @@ func TestSoak(t *testing.T) {
 	tally := s.quiesce(ctx)
 	line := Line(cfg.seed, tally, s.relayKills, s.hostKills, s.proxy.Lost(), s.restores, time.Since(start).Seconds())
 	fmt.Println(line)
-	if !tally.OK() {
-		t.Fatalf("seed %d: mail lost or duplicated:\n%s", cfg.seed, strings.Join(tally.Problems, "\n"))
+	return tally, s
+}
+
+// faultsHappened fails the run unless the faults it planned happened: every relay and host
+// kill, some lost responses (when the proxy loses any), and the restore, after which every host
+// pulled again from the start of the new epoch.
+func (s *soak) faultsHappened() {
+	ctx := context.Background()
+	if s.relayKills != s.cfg.relayKills {
+		s.t.Errorf("seed %d: %d relay kills, %d planned", s.cfg.seed, s.relayKills, s.cfg.relayKills)
+	}
+	if want := s.cfg.hostKills * len(s.hosts); s.hostKills != want {
+		s.t.Errorf("seed %d: %d host kills, %d planned", s.cfg.seed, s.hostKills, want)
+	}
+	if s.cfg.faults.LoseResponse > 0 && s.proxy.Lost() == 0 {
+		s.t.Errorf("seed %d: the proxy lost no response (rate %.2f)", s.cfg.seed, s.cfg.faults.LoseResponse)
+	}
+	if s.restores != 1 {
+		s.t.Errorf("seed %d: %d restores, 1 planned", s.cfg.seed, s.restores)
+	}
+	for _, h := range s.hosts {
+		st, err := s.relayStatus(ctx, h)
+		if err != nil {
+			s.t.Fatalf("seed %d: relay status of %s: %v", s.cfg.seed, h.Name, err)
+		}
+		if st.Resets < 1 {
+			s.t.Errorf("seed %d: %s never reset its receive position (the restore's new epoch was not pulled from its start)", s.cfg.seed, h.Name)
+		}
+	}
+	if s.pinned == nil {
+		s.t.Errorf("seed %d: no mail waited for h2 at the backup", s.cfg.seed)
 	}
 }
 
@@ -261,7 +327,7 @@ func (s *soak) startRelay(ctx context.Context) {
 func (s *soak) startDaemon(ctx context.Context, h *soakHost) {
 	addrFile := h.home + ".addr"
 	os.Remove(addrFile)
-	p, err := s.kit.Start(h.Name, nil, "daemon", "--home", h.home, "--listen", h.listen, "--tick", "100ms", "--addr-file", addrFile)
+	p, err := s.kit.Start(h.Name, s.cfg.daemonEnv, "daemon", "--home", h.home, "--listen", h.listen, "--tick", "100ms", "--addr-file", addrFile)
 	if err != nil {
 		s.t.Fatal(err)
 	}
@@ -359,6 +425,9 @@ func (s *soak) traffic(ctx context.Context) {
 		}
 		from, agent, to := Pick(s.rng, topo)
 		s.send(ctx, s.hosts[from], agent, to, i)
+		if s.moves.IntN(4) == 0 {
+			s.move(ctx)
+		}
 	}
 }
 
@@ -381,7 +450,7 @@ func (s *soak) send(ctx context.Context, h *soakHost, agent, to string, i int) {
 	if !slices.Equal(got, local) {
 		s.t.Fatalf("seed %d: send to %s from %s@%s delivered locally to %v, the model says %v", s.cfg.seed, to, agent, h.Name, got, local)
 	}
-	s.sent = append(s.sent, Sent{ID: r.ID, From: Mailbox{h.Name, agent}, To: want})
+	s.sent = append(s.sent, oracle.Sent{ID: r.ID, From: oracle.Mailbox{Host: h.Name, Agent: agent}, To: want})
 }
 
 func hostsOf(hs []*soakHost) []Host {
@@ -413,8 +482,7 @@ func (s *soak) fault(ctx context.Context, e event) {
 			s.startDaemon(ctx, h)
 		}
 	case "backup":
-		s.backup = filepath.Join(s.dir, "relay-backup.db")
-		s.must(ctx, "relay", "backup", s.backup, "--store-dir", filepath.Join(s.dir, "relay"))
+		s.backupWithMailWaiting(ctx)
 	case "restore":
 		st, err := s.relayStatus(ctx, s.hosts[0])
 		if err != nil || st.Epoch == "" {
@@ -432,6 +500,63 @@ func (s *soak) fault(ctx context.Context, e event) {
 	}
 }
 
+// backupWithMailWaiting takes the relay's online backup while mail for h2 waits in it: h2's
+// daemon stopped, two messages from rev1@h1 to agents of h2 accepted by the relay, the backup,
+// then h2 started again, and the first message read by its recipient once it is there. The
+// restore later brings that mail back to the relay under a new epoch, so h2 pulls it a second
+// time: its dedup must keep one delivery of each copy, and the read copy read (the self-test
+// turns the dedup off and requires the oracle to see both). These messages are not drawn from
+// the seed's PRNG, so a seed's traffic and faults stay what they were.
+func (s *soak) backupWithMailWaiting(ctx context.Context) {
+	s.ensureRelay(ctx)
+	h1, h2 := s.hosts[0], s.hosts[1]
+	if h1.daemon.Exited() {
+		s.startDaemon(ctx, h1) // it pushes the mail (a host-up planned later finds it running)
+	}
+	if !h2.daemon.Exited() {
+		if err := h2.daemon.Stop(30 * time.Second); err != nil {
+			s.t.Fatalf("seed %d: stop h2 for the backup: %v", s.cfg.seed, err)
+		}
+	}
+	var ids []string
+	for _, to := range []string{"dev2@h2", "rev2@h2"} {
+		s.send(ctx, h1, "rev1", to, len(s.sent))
+		ids = append(ids, s.sent[len(s.sent)-1].ID)
+	}
+	err := demo.Poll(ctx, "the relay to accept the mail for h2", func() (bool, string, error) {
+		rows, err := s.outboxRows(ctx)
+		if err != nil {
+			return false, err.Error(), nil
+		}
+		accepted := 0
+		for _, r := range rows[h1.Name] {
+			if r.Host == h2.Name && slices.Contains(ids, r.MsgID) && r.State == "relay-accepted" {
+				accepted++
+			}
+		}
+		return accepted == len(ids), fmt.Sprintf("%d of %d relay-accepted", accepted, len(ids)), nil
+	})
+	if err != nil {
+		s.t.Fatalf("seed %d: %v", s.cfg.seed, err)
+	}
+	s.backup = filepath.Join(s.dir, "relay-backup.db")
+	s.must(ctx, "relay", "backup", s.backup, "--store-dir", filepath.Join(s.dir, "relay"))
+	s.startDaemon(ctx, h2)
+	dev2 := oracle.Mailbox{Host: h2.Name, Agent: "dev2"}
+	err = demo.Poll(ctx, "h2 to receive the mail that waited", func() (bool, string, error) {
+		msgs, err := s.mailbox(ctx, h2, dev2)
+		if err != nil {
+			return false, err.Error(), nil
+		}
+		return slices.ContainsFunc(msgs, func(m api.Message) bool { return m.ID == ids[0] }), "", nil
+	})
+	if err != nil {
+		s.t.Fatalf("seed %d: %v", s.cfg.seed, err)
+	}
+	s.moveOne(ctx, h2, dev2, ids[0], false)
+	s.pinned = ids
+}
+
 func (s *soak) ensureRelay(ctx context.Context) {
 	if s.relay.Exited() {
 		s.startRelay(ctx)
@@ -440,7 +565,7 @@ func (s *soak) ensureRelay(ctx context.Context) {
 
 // quiesce brings every process up, waits until every message is where it should be and every
 // outbox row settled (or cfg.quiet passes), and returns the oracle's final count.
-func (s *soak) quiesce(ctx context.Context) Tally {
+func (s *soak) quiesce(ctx context.Context) oracle.Tally {
 	s.ensureRelay(ctx)
 	for _, h := range s.hosts {
 		if h.daemon.Exited() {
@@ -449,15 +574,15 @@ func (s *soak) quiesce(ctx context.Context) Tally {
 	}
 	qctx, cancel := context.WithTimeout(ctx, s.cfg.quiet)
 	defer cancel()
-	var last Tally
+	var last oracle.Tally
 	var unsettled []string
 	err := demo.Poll(qctx, "quiescence", func() (bool, string, error) {
 		boxes, alerts, err := s.mailboxes(qctx)
 		if err != nil {
 			return false, err.Error(), nil
 		}
-		last = Count(s.sent, boxes)
-		if last.Duplicated > 0 || last.Misdelivered > 0 {
+		last = oracle.Count(s.sent, boxes, &s.watch)
+		if last.Duplicated > 0 || last.Misdelivered > 0 || last.WentBack > 0 || last.Uncounted > 0 {
 			return true, "", nil // no waiting undoes a duplicate
 		}
 		unsettled, err = s.unsettled(qctx, alerts)
@@ -476,12 +601,12 @@ func (s *soak) quiesce(ctx context.Context) Tally {
 	if err != nil {
 		s.t.Fatalf("seed %d: read the mailboxes: %v", s.cfg.seed, err)
 	}
-	last = Count(s.sent, boxes)
+	last = oracle.Count(s.sent, boxes, &s.watch)
 	if unsettled, err = s.unsettled(ctx, alerts); err != nil {
 		s.t.Fatalf("seed %d: read the outboxes: %v", s.cfg.seed, err)
 	}
 	for i, u := range unsettled {
-		if i == maxProblems {
+		if i == oracle.MaxProblems {
 			break
 		}
 		s.t.Errorf("seed %d: unsettled row: %s", s.cfg.seed, u)
@@ -494,8 +619,8 @@ func (s *soak) quiesce(ctx context.Context) Tally {
 	for _, h := range s.hosts {
 		all = append(all, rows[h.Name]...)
 	}
-	for i, p := range SeqsGrow(all) {
-		if i == maxProblems {
+	for i, p := range SeqsUnique(all) {
+		if i == oracle.MaxProblems {
 			break
 		}
 		s.t.Errorf("seed %d: relay seqs: %s", s.cfg.seed, p)
@@ -515,25 +640,20 @@ func (s *soak) quiesce(ctx context.Context) Tally {
 	return last
 }
 
-// mailboxes reads every mailbox (`inbox --all --json`): the ids each holds, and the bodies of
-// the alerts in them.
-func (s *soak) mailboxes(ctx context.Context) (map[Mailbox][]string, []string, error) {
-	boxes := map[Mailbox][]string{}
+// mailboxes reads every mailbox (`inbox --all --json`): the copies each holds, and the bodies
+// of the alerts in them.
+func (s *soak) mailboxes(ctx context.Context) (map[oracle.Mailbox][]oracle.Copy, []string, error) {
+	boxes := map[oracle.Mailbox][]oracle.Copy{}
 	var alerts []string
 	for _, h := range s.hosts {
 		for _, a := range h.Agents {
-			out, err := s.kit.Must(ctx, "inbox", "--home", h.home, "--as", a.Name, "--all", "--limit", "0", "--json")
+			m := oracle.Mailbox{Host: h.Name, Agent: a.Name}
+			msgs, err := s.mailbox(ctx, h, m)
 			if err != nil {
 				return nil, nil, err
 			}
-			var msgs []api.Message
-			if err := json.Unmarshal([]byte(out), &msgs); err != nil {
-				return nil, nil, fmt.Errorf("inbox of %s@%s: %w", a.Name, h.Name, err)
-			}
-			m := Mailbox{h.Name, a.Name}
-			boxes[m] = []string{}
+			boxes[m] = Copies(msgs)
 			for _, msg := range msgs {
-				boxes[m] = append(boxes[m], msg.ID)
 				if msg.Kind == "alert" {
 					alerts = append(alerts, msg.Body)
 				}
@@ -541,6 +661,64 @@ func (s *soak) mailboxes(ctx context.Context) (map[Mailbox][]string, []string, e
 		}
 	}
 	return boxes, alerts, nil
+}
+
+// mailbox lists everything in m (on host h).
+func (s *soak) mailbox(ctx context.Context, h *soakHost, m oracle.Mailbox) ([]api.Message, error) {
+	out, err := s.kit.Must(ctx, "inbox", "--home", h.home, "--as", m.Agent, "--all", "--limit", "0", "--json")
+	if err != nil {
+		return nil, err
+	}
+	var msgs []api.Message
+	if err := json.Unmarshal([]byte(out), &msgs); err != nil {
+		return nil, fmt.Errorf("inbox of %s: %w", m, err)
+	}
+	return msgs, nil
+}
+
+// move reads or acks (one in three) a message in a mailbox drawn from those the soak sent to
+// (through the daemon, or on the store while the daemon is down), and tells the watch: the copy
+// may never be seen unread again.
+func (s *soak) move(ctx context.Context) {
+	if len(s.sent) == 0 {
+		return
+	}
+	sent := s.sent[s.moves.IntN(len(s.sent))]
+	m := sent.To[s.moves.IntN(len(sent.To))]
+	h := s.host(m.Host)
+	msgs, err := s.mailbox(ctx, h, m)
+	if err != nil {
+		s.t.Fatalf("seed %d: %v", s.cfg.seed, err)
+	}
+	s.watch.Look(map[oracle.Mailbox][]oracle.Copy{m: Copies(msgs)})
+	if len(msgs) == 0 {
+		return
+	}
+	s.moveOne(ctx, h, m, msgs[s.moves.IntN(len(msgs))].ID, s.moves.IntN(3) == 0)
+}
+
+// moveOne reads (or acks) m's copy of id and tells the watch.
+func (s *soak) moveOne(ctx context.Context, h *soakHost, m oracle.Mailbox, id string, ack bool) {
+	verb := "read"
+	if ack {
+		verb = "ack"
+	}
+	out := s.must(ctx, verb, id, "--as", m.Agent, "--json", "--home", h.home)
+	var got api.Message
+	if err := json.Unmarshal([]byte(out), &got); err != nil {
+		s.t.Fatalf("seed %d: %s %s printed %q: %v", s.cfg.seed, verb, id, out, err)
+	}
+	s.watch.Moved(m, id, got.State)
+}
+
+func (s *soak) host(name string) *soakHost {
+	for _, h := range s.hosts {
+		if h.Name == name {
+			return h
+		}
+	}
+	s.t.Fatalf("no host %s", name)
+	return nil
 }
 
 // unsettled lists every host's unsettled outbox rows.
@@ -558,11 +736,12 @@ func (s *soak) unsettled(ctx context.Context, alerts []string) ([]string, error)
 	return out, nil
 }
 
-// outboxRows reads every host's outbox (`outbox --json`).
+// outboxRows reads every row of every host's outbox (`outbox --all --limit 0 --json`; without
+// --all the finished rows, which the seq check and the alert check read, are left out).
 func (s *soak) outboxRows(ctx context.Context) (map[string][]api.OutboxRow, error) {
 	out := map[string][]api.OutboxRow{}
 	for _, h := range s.hosts {
-		js, err := s.kit.Must(ctx, "outbox", "--json", "--home", h.home)
+		js, err := s.kit.Must(ctx, "outbox", "--all", "--limit", "0", "--json", "--home", h.home)
 		if err != nil {
 			return nil, err
 		}

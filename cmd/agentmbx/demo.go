@@ -20,12 +20,14 @@ func newDemoCmd() *cobra.Command {
 		Long: `Run a relay and two hosts, "home" and "work", on this machine in a temporary directory, with
 no LAN route between them, all through this agentmbx binary as child processes on 127.0.0.1:
 pair the hosts by card, pin the relay's key with --key, send mail both ways, SIGKILL the relay
-while mail is on its way and restart it, run a restore drill (backup, more mail, stop, restore
-under a new epoch, re-push and re-pull), show each mailbox and run doctor on both hosts.
+while mail is on its way and restart it, run a restore drill (a backup with mail waiting in it,
+that mail delivered and read, more mail, restore under a new epoch, re-push and re-pull), show
+each mailbox and run doctor on both hosts.
 
-It ends with one line, 'demo: sent=N delivered=N lost=0 duplicated=0' (with --json, the same
-figures as a JSON object on standard output and the narration on standard error), and exits 1
-when anything was lost or duplicated or a step failed. --keep leaves the directory (stores,
+It ends with one line, 'demo: sent=N delivered=N lost=0 duplicated=0 went_back=0' (with --json,
+the same figures as a JSON object on standard output and the narration on standard error), and
+exits 1 when anything was lost, delivered twice (deliveries are counted, not mailbox rows) or
+seen unread after it was read, or a step failed. --keep leaves the directory (stores,
 homes, logs) for a look.`,
 		Example: `  agentmbx demo
   agentmbx demo --json | jq .
