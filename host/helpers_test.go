@@ -42,40 +42,48 @@ type testHost struct {
 type gate struct {
 	mu       sync.Mutex
 	down     bool // answer 503 without looking
+	mute     bool // close every connection without an answer, handling nothing
 	dropNext int  // handle the next n requests, then drop their answers (connection closed)
 	next     http.Handler
 }
 
 func (g *gate) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	g.mu.Lock()
-	down, drop, next := g.down, g.dropNext > 0, g.next
-	if drop {
+	down, mute, drop, next := g.down, g.mute, g.dropNext > 0, g.next
+	if drop && !mute {
 		g.dropNext--
 	}
 	g.mu.Unlock()
-	if down {
+	switch {
+	case mute:
+		hangUp(w)
+	case down:
 		http.Error(w, `{"error":"down"}`, http.StatusServiceUnavailable)
-		return
-	}
-	if drop {
+	case drop:
 		next.ServeHTTP(discardWriter{h: http.Header{}}, r)
-		hj, ok := w.(http.Hijacker)
-		if !ok {
-			panic("no hijacker")
-		}
-		c, _, err := hj.Hijack()
-		if err == nil {
-			c.Close()
-		}
-		return
+		hangUp(w)
+	default:
+		next.ServeHTTP(w, r)
 	}
-	next.ServeHTTP(w, r)
+}
+
+// hangUp closes the request's connection without an answer.
+func hangUp(w http.ResponseWriter) {
+	hj, ok := w.(http.Hijacker)
+	if !ok {
+		panic("no hijacker")
+	}
+	c, _, err := hj.Hijack()
+	if err == nil {
+		c.Close()
+	}
 }
 
 // setNext puts another handler behind the gate (a host opened again).
 func (g *gate) setNext(h http.Handler) { g.mu.Lock(); g.next = h; g.mu.Unlock() }
 
 func (g *gate) setDown(v bool) { g.mu.Lock(); g.down = v; g.mu.Unlock() }
+func (g *gate) setMute(v bool) { g.mu.Lock(); g.mute = v; g.mu.Unlock() }
 func (g *gate) drop(n int)     { g.mu.Lock(); g.dropNext = n; g.mu.Unlock() }
 
 type discardWriter struct{ h http.Header }

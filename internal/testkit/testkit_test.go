@@ -2,8 +2,11 @@ package testkit
 
 import (
 	"bytes"
+	"fmt"
 	"io"
 	"os/exec"
+	"runtime"
+	"strings"
 	"testing"
 	"time"
 )
@@ -57,10 +60,50 @@ func TestKilledBySIGKILL(t *testing.T) {
 	}
 	cmd := exec.Command("sleep", "60")
 	if err := cmd.Start(); err != nil {
-		t.Skip("no sleep command:", err)
+		SkipMissing(t, "no sleep command: %v", err)
 	}
 	cmd.Process.Kill()
 	if err := cmd.Wait(); !KilledBySIGKILL(err) {
 		t.Fatalf("a killed child: %v, not counted as SIGKILL", err)
 	}
+}
+
+// SkipMissing skips outside CI and fails under CI=true.
+func TestSkipMissing(t *testing.T) {
+	for _, ci := range []string{"", "true"} {
+		t.Run("CI="+ci, func(t *testing.T) {
+			t.Setenv("CI", ci)
+			var inner testing.T
+			ft := &fakeTB{TB: &inner}
+			done := make(chan struct{})
+			go func() { // Skip and Fatal end the goroutine that calls them
+				defer close(done)
+				SkipMissing(ft, "no %s here", "tool")
+			}()
+			<-done
+			wantFail := ci == "true"
+			if ft.failed != wantFail || ft.skipped == wantFail || !strings.Contains(ft.msg, "no tool here") {
+				t.Fatalf("CI=%q: failed %v skipped %v (%q), want failed %v", ci, ft.failed, ft.skipped, ft.msg, wantFail)
+			}
+		})
+	}
+}
+
+// fakeTB records a Skip or a Fatal and ends the calling goroutine, as testing.T does.
+type fakeTB struct {
+	testing.TB
+	failed, skipped bool
+	msg             string
+}
+
+func (f *fakeTB) Helper() {}
+
+func (f *fakeTB) Fatalf(format string, args ...any) {
+	f.failed, f.msg = true, fmt.Sprintf(format, args...)
+	runtime.Goexit()
+}
+
+func (f *fakeTB) Skip(args ...any) {
+	f.skipped, f.msg = true, fmt.Sprint(args...)
+	runtime.Goexit()
 }
