@@ -117,6 +117,7 @@ func (p *Prober) backoff(ctx context.Context) backoff.BackOff {
 	return backoff.WithContext(backoff.NewExponentialBackOff(
 		backoff.WithInitialInterval(p.cfg.Schedule.First),
 		backoff.WithMaxInterval(p.cfg.Schedule.Max),
+		backoff.WithMultiplier(2), // the library's default is 1.5
 		backoff.WithRandomizationFactor(0.2),
 		backoff.WithMaxElapsedTime(0)), ctx)
 }

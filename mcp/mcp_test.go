@@ -321,7 +321,7 @@ func TestMailThroughTheTools(t *testing.T) {
 		json.Unmarshal(raw, &l)
 		done <- l
 	}()
-	time.Sleep(50 * time.Millisecond) // let the wait start (a later start still finds the mail)
+	waitParked(t, h) // so that the mail wakes it, instead of being there when it looks
 	late, _ := ok[mcp.Sent](t, bob, "mbx_send", map[string]any{"to": []string{"alice@alpha"}, "body": "late"})
 	select {
 	case l := <-done:
@@ -334,6 +334,18 @@ func TestMailThroughTheTools(t *testing.T) {
 	inbox, _ = ok[mcp.Listing](t, alice, "mbx_inbox", map[string]any{"all": true, "limit": 1})
 	if len(inbox.Messages) != 1 || inbox.Messages[0].ID != late.ID || inbox.More != 1 {
 		t.Fatalf("inbox all limit 1 = %+v, want the newest and 1 more", inbox)
+	}
+}
+
+// waitParked waits until a wait for mail is parked on h's mail store.
+func waitParked(t *testing.T, h *host.Host) {
+	t.Helper()
+	w := h.Service().(interface{ Waiters() int })
+	for i := 0; w.Waiters() == 0; i++ {
+		if i == 3000 {
+			t.Fatal("the wait never parked")
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
 

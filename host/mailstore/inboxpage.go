@@ -83,12 +83,10 @@ func (s *Store) WaitNew(ctx context.Context, req api.WaitRequest) (api.InboxPage
 				return page, err
 			}
 		}
-		select {
-		case <-ctx.Done():
-			return api.InboxPage{}, ctx.Err()
-		case <-timer.C:
+		if woken, err := s.mail.park(ctx, timer.C, ch); err != nil {
+			return api.InboxPage{}, err
+		} else if !woken {
 			return api.InboxPage{Messages: []api.Message{}}, nil
-		case <-ch:
 		}
 	}
 }

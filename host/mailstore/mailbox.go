@@ -273,15 +273,17 @@ func (s *Store) Wait(ctx context.Context, agent string, timeout time.Duration) (
 			}
 			return out, nil
 		}
-		select {
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		case <-timer.C:
+		if woken, err := s.mail.park(ctx, timer.C, ch); err != nil {
+			return nil, err
+		} else if !woken {
 			return []api.Message{}, nil
-		case <-ch:
 		}
 	}
 }
+
+// Waiters is how many Wait and WaitNew calls are parked now, waiting for mail to arrive (a test
+// that delivers mail to wake a wait waits for it to be parked first).
+func (s *Store) Waiters() int { return s.mail.waiters() }
 
 // ResendReceiptsTx queues again the current delivery receipt of each given agent's copy of
 // message id from host origin, unless onTheWay reports that the copy's last receipt (its seq) is

@@ -116,6 +116,12 @@ func TestCloseEndsWaits(t *testing.T) {
 		_, err := ts.WaitNew(ctx, api.WaitRequest{Agent: "bob", Timeout: time.Minute})
 		errs <- err
 	}()
+	for i := 0; ts.Waiters() != 2; i++ { // both in progress, not refused at their start
+		if i == 3000 {
+			t.Fatalf("%d waits parked, want 2", ts.Waiters())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 	ts.Close()
 	for range 2 {
 		select {
@@ -129,6 +135,9 @@ func TestCloseEndsWaits(t *testing.T) {
 	}
 	if _, err := ts.Wait(ctx, "bob", 0); !errors.Is(err, api.ErrClosed) {
 		t.Errorf("Wait after Close: %v, want api.ErrClosed", err)
+	}
+	if n := ts.Waiters(); n != 0 {
+		t.Errorf("%d waits still counted as parked after they ended", n)
 	}
 }
 

@@ -15,19 +15,36 @@ import (
 )
 
 // replicaServer is a relay Server on its own store instance of the shared database, on 127.0.0.1.
-func replicaServer(t *testing.T, url string, key mbx.SigningKey) string {
+func replicaServer(t *testing.T, url string, key mbx.SigningKey) (string, *relayserver.Metrics) {
 	t.Helper()
 	s, err := Open(ctx, url, &Options{Recheck: time.Hour}) // only LISTEN/NOTIFY may wake its pulls
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := relayserver.New(ctx, s, relayserver.Options{Key: key, EnrolCallsPerMinute: -1, PushesPerMinute: -1})
+	met := relayserver.NewMetrics(0)
+	srv, err := relayserver.New(ctx, s, relayserver.Options{Key: key, EnrolCallsPerMinute: -1, PushesPerMinute: -1, Metrics: met})
 	if err != nil {
 		t.Fatal(err)
 	}
 	ts := httptest.NewServer(srv)
 	t.Cleanup(func() { srv.Shutdown(); ts.Close(); s.Close() })
-	return ts.URL
+	return ts.URL, met
+}
+
+// parked reads the gauge of the pulls a replica has parked now.
+func parked(t *testing.T, met *relayserver.Metrics) int {
+	t.Helper()
+	mfs, err := met.Registry().Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == "agentmbx_relay_long_polls_parked" {
+			return int(mf.GetMetric()[0].GetGauge().GetValue())
+		}
+	}
+	t.Fatal("no agentmbx_relay_long_polls_parked gauge")
+	return 0
 }
 
 // call sends a request, signed as a hop by k when k is not nil, and returns the status and body.
@@ -85,7 +102,8 @@ func enrolAcross(t *testing.T, a, b string, k mbx.SigningKey, name string) {
 func TestReplicasShareChallengesAndWakePulls(t *testing.T) {
 	_, url := openT(t, nil)
 	key, _ := mbx.GenerateSigningKey(crand.Reader)
-	a, b := replicaServer(t, url, key), replicaServer(t, url, key)
+	a, _ := replicaServer(t, url, key)
+	b, bMet := replicaServer(t, url, key)
 	target, _ := mbx.GenerateSigningKey(crand.Reader)
 	sender, _ := mbx.GenerateSigningKey(crand.Reader)
 	enrolAcross(t, a, b, target, "target")
@@ -100,7 +118,13 @@ func TestReplicasShareChallengesAndWakePulls(t *testing.T) {
 		}
 		got <- p
 	}()
-	time.Sleep(300 * time.Millisecond) // let it park (were it not parked yet, it would read the item at once)
+	// Wait until it is parked (were it not parked yet, it would read the item at once).
+	for i := 0; parked(t, bMet) != 1; i++ {
+		if i == 3000 {
+			t.Fatal("the pull never parked")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 	id := "01KKNTQ2CN9WJ3MR4Q1P12F02T"
 	wire := `{"v":3,"id":"` + id + `","body":"c2VhbGVk","enc":{"v":1,"alg":"x25519+xchacha20poly1305","body":"c2VhbGVk"}}`
 	code, body := call(t, a, &sender, "POST", "/v2/relay/items", mbx.PushRequest{Items: []mbx.PushItem{{Kind: "envelope",
