@@ -1,6 +1,7 @@
 package lan_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"log/slog"
@@ -37,29 +38,31 @@ func TestLANDefaultConnectionLimit(t *testing.T) {
 	}
 }
 
-// The body budget, to the byte: large bodies (here 1 MiB each) may hold 7/8 of it, so 14 fit
-// and a 15th is refused unread; small ones (64 KiB) take the rest, 32 of them, and a 33rd is
-// refused. Only a budget of exactly 16 MiB answers so.
+// The body budget, charged as bytes arrive: bodies over 64 KiB may hold 7/8 of it. Fourteen
+// bodies of 1 MiB, each sent but for its last byte (so each holds its 1 MiB buffer less the first
+// 512 bytes, which are not charged), fit; then a body of 128 KiB no longer does. Both together
+// bound the budget to between 15.99 and 16.13 MiB.
 func TestLANDefaultBodyBudget(t *testing.T) {
 	t.Parallel()
 	w := newLAN(t, lan.ServerOptions{})
-	const large, small = 1 << 20, 64 << 10
-	holdUntil := func(n, length int, inUse int64) {
-		t.Helper()
-		for range n {
-			w.hold("alpha", t0, length)
+	const large, charged, last = 1 << 20, 1<<20 - 512, 128 << 10
+	fit := docBodyBudget * 7 / 8 / large
+	for range fit {
+		c, _ := w.hold("alpha", t0, large)
+		if _, err := c.Write(bytes.Repeat([]byte{' '}, large-1)); err != nil {
+			t.Fatal(err)
 		}
-		waitInUse(t, w, inUse)
 	}
-	largeFit := docBodyBudget * 7 / 8 / large
-	holdUntil(largeFit, large, int64(largeFit*large))
-	if c, br := w.hold("alpha", t0, large); answer(t, c, br) != http.StatusServiceUnavailable {
-		t.Fatalf("large body %d past 7/8 of the budget: not refused", largeFit+1)
+	held := int64(fit * charged)
+	waitInUse(t, w, held)
+	c, br := w.hold("alpha", t0, last)
+	_ = c.SetWriteDeadline(time.Now().Add(30 * time.Second))
+	_, _ = c.Write(bytes.Repeat([]byte{' '}, last-1)) // the server may answer and close before the end
+	if code := answer(t, c, br); code != http.StatusServiceUnavailable {
+		t.Fatalf("a 128 KiB body past 7/8 of the budget (%d held) = %d, want 503", held, code)
 	}
-	smallFit := (docBodyBudget - largeFit*large) / small
-	holdUntil(smallFit, small, docBodyBudget)
-	if c, br := w.hold("alpha", t0, small); answer(t, c, br) != http.StatusServiceUnavailable {
-		t.Fatalf("a small body past the full budget (%d bytes held): not refused", w.srv.BodyBytesInFlight())
+	if got := w.srv.BodyBytesInFlight(); got != held {
+		t.Fatalf("after the refusal the budget holds %d, want the %d holders' %d", got, fit, held)
 	}
 }
 

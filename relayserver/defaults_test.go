@@ -18,8 +18,8 @@ import (
 // The relay's documented defaults, each checked on a relay built with the option left unset,
 // against the value the docs state (written here, not taken from the package's constants; the
 // command's test checks that `relay serve --help` prints the same): docs/security.md, "A relay on
-// the open internet": "a relay-wide budget of body bytes in flight (--body-budget, 64 MiB; large
-// bodies leave an eighth for small ones)", "requests in flight per client address
+// the open internet": "only what arrived is charged, within a relay-wide budget of body bytes in
+// flight (--body-budget, 64 MiB; large bodies leave an eighth for small ones...)", "requests in flight per client address
 // (--max-per-client, 16)", "new host keys per address and day (--new-enrolments-per-day, 20)";
 // docs/relay.md: "Each relay process reads the list every 5 s"; README: pushes_per_minute
 // "default 120".
@@ -38,46 +38,46 @@ func TestDefaultRequestsInFlightPerAddress(t *testing.T) {
 	for range docMaxPerClient {
 		r.hold(t, &a, "/v2/relay/items", 1000, "")
 	}
-	waitFor(t, "the holders reserved", func() bool { return r.srv.BodyBytesInFlight() == docMaxPerClient*1000 })
+	waitFor(t, "the holders admitted", func() bool { return r.srv.RequestsInFlight("127.0.0.1") == docMaxPerClient })
 	over := r.hold(t, &a, "/v2/relay/items", 1000, "").answer()
 	if over.StatusCode != http.StatusServiceUnavailable || over.Header.Get("Retry-After") == "" {
 		t.Fatalf("request %d in flight from one address = %d, want 503 with Retry-After", docMaxPerClient+1, over.StatusCode)
 	}
-	if got := r.srv.BodyBytesInFlight(); got != docMaxPerClient*1000 {
-		t.Fatalf("the refused request holds budget: %d bytes in flight", got)
+	if got := r.srv.RequestsInFlight("127.0.0.1"); got != docMaxPerClient {
+		t.Fatalf("%d requests in flight after the refusal, want %d", got, docMaxPerClient)
 	}
 }
 
-// The body budget, to the byte: large bodies (8 MiB, the push cap) may hold 7/8 of it, so seven
-// fit and an eighth is refused unread; small ones (64 KiB) take the rest, 128 of them, and one
-// more is refused. Only a budget of exactly 64 MiB answers so. Every holder has an address of its
-// own (X-Forwarded-For), so the per-address limit stays out of the way.
+// The body budget, charged as bytes arrive: bodies over 64 KiB may hold 7/8 of it. Seven pushes
+// of 8 MiB (the push cap), each sent but for its last byte (so each holds its whole 8 MiB buffer
+// less the first 512 bytes, which are not charged), fit; then a body of 128 KiB no longer does.
+// Both together bound the budget to between 63.99 and 64.14 MiB. Every holder has an address of
+// its own (X-Forwarded-For) and at most two share a key, so the per-address and per-key shares
+// (a quarter each) stay out of the way.
 func TestDefaultBodyBudget(t *testing.T) {
 	t.Parallel()
-	r, a, _, _ := setup(t, func(o *relayserver.Options) { o.TrustProxy = relayserver.TrustXFF })
-	const large, small = mbx.RelayMaxBody, 64 << 10
-	n := 0
-	addr := func() string { n++; return fmt.Sprintf("10.%d.%d.1", n/256, n%256) }
-	holdUntil := func(count, length int, inUse int64) {
-		t.Helper()
-		for range count {
-			r.hold(t, &a, "/v2/relay/items", int64(length), addr())
-		}
-		waitFor(t, fmt.Sprintf("%d bytes reserved", inUse), func() bool { return r.srv.BodyBytesInFlight() == inUse })
+	r, a, b, g := setup(t, func(o *relayserver.Options) { o.TrustProxy = relayserver.TrustXFF })
+	d := newHost(t, "delta", 4)
+	r.enrol(d)
+	const large, charged, last = mbx.RelayMaxBody, mbx.RelayMaxBody - 512, 128 << 10
+	holders := []host{a, a, b, b, g, g, d}
+	if len(holders) != docBodyBudget*7/8/large {
+		t.Fatalf("%d holders of %d bytes for 7/8 of %d", len(holders), large, docBodyBudget)
 	}
-	refused := func(length int) bool {
-		resp := r.hold(t, &a, "/v2/relay/items", int64(length), addr()).answer()
-		return resp.StatusCode == http.StatusServiceUnavailable
+	for i, h := range holders {
+		c := r.hold(t, &h, "/v2/relay/items", large, fmt.Sprintf("10.0.0.%d", i+1))
+		c.send(large - 1)
 	}
-	largeFit := docBodyBudget * 7 / 8 / large
-	holdUntil(largeFit, large, int64(largeFit*large))
-	if !refused(large) {
-		t.Fatalf("large body %d past 7/8 of the budget: not refused", largeFit+1)
+	held := int64(len(holders) * charged)
+	waitFor(t, fmt.Sprintf("%d bytes held", held), func() bool { return r.srv.BodyBytesInFlight() == held })
+	c := r.hold(t, &d, "/v2/relay/items", last, "10.0.0.8")
+	_ = c.conn.SetWriteDeadline(time.Now().Add(ioDeadline))
+	_, _ = c.conn.Write(bytes.Repeat([]byte{' '}, last-1)) // the relay may answer and close before the end
+	if resp := c.answer(); resp.StatusCode != http.StatusServiceUnavailable {
+		t.Fatalf("a 128 KiB body past 7/8 of the budget = %d, want 503", resp.StatusCode)
 	}
-	smallFit := (docBodyBudget - largeFit*large) / small
-	holdUntil(smallFit, small, docBodyBudget)
-	if !refused(small) {
-		t.Fatalf("a small body past the full budget (%d bytes held): not refused", r.srv.BodyBytesInFlight())
+	if got := r.srv.BodyBytesInFlight(); got != held {
+		t.Fatalf("after the refusal the budget holds %d, want the seven's %d", got, held)
 	}
 }
 
