@@ -194,6 +194,9 @@ type OutboxRow struct {
 	Seq        int64  `json:"seq,omitempty"`
 	AcceptedAt string `json:"accepted_at,omitempty"`
 	Deadline   string `json:"deadline,omitempty"`
+	// RelayV1At is when a v1 relay (Relay) last said it stored the row: unsigned, so the row
+	// stays pending until its delivery receipt.
+	RelayV1At string `json:"relay_v1_at,omitempty"`
 	// Reason and EndedAt say why and when a row ended (expired, unconfirmed, rejected, done).
 	Reason  string `json:"reason,omitempty"`
 	EndedAt string `json:"ended_at,omitempty"`
@@ -281,6 +284,10 @@ type RelaySetRequest struct {
 	// relay); it is read again at each enrolment. "" enrols with $MBX_RELAY_TOKEN when the daemon
 	// has it, else by the host-key challenge.
 	TokenFile string `json:"token_file,omitempty"`
+	// AllowV1 accepts a relay that speaks only the v1 API of AgentMBX 0.5.x before 0.5.5
+	// (it answers 404 to /v2/relay/info): such a relay has no key, so nothing it answers is
+	// signed. Without it, relay set refuses a v1 relay; with Key, it always does.
+	AllowV1 bool `json:"allow_v1,omitempty"`
 }
 
 // RelayToken is what this host knows of its account token (read, not verified: the relay does).
@@ -338,6 +345,19 @@ type RelayStatus struct {
 	Account string `json:"account,omitempty"`
 	// Token is the account token this host enrols with (nil for none).
 	Token *RelayToken `json:"token,omitempty"`
+	// V1 says the pinned relay speaks only the v1 API (relay set --allow-v1): it has no key
+	// (RelayPubkey and Fingerprint are empty), no epoch and no accept statements.
+	V1 bool `json:"v1,omitempty"`
+	// V2 is set when a relay pinned as v1 was last seen answering v2: the key it served, to pin
+	// with relay set --key.
+	V2 *RelayV2Seen `json:"v2,omitempty"`
+}
+
+// RelayV2Seen is the relay key a relay pinned as v1 served when it started answering v2.
+type RelayV2Seen struct {
+	RelayPubkey string `json:"relay_pubkey"`
+	Fingerprint string `json:"fingerprint"`
+	At          string `json:"at"`
 }
 
 // RelayKeyChange is a relay key other than the pinned one, as the relay served it.

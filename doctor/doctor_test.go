@@ -420,3 +420,37 @@ func TestRelayAccountAndToken(t *testing.T) {
 		t.Fatalf("with a token: %+v", c)
 	}
 }
+
+// TestRelayV1 (relay set --allow-v1): doctor warns that the relay is unauthenticated; while it
+// answers v1 only it says so, and once it answers v2 it says that too, with the key to pin.
+func TestRelayV1(t *testing.T) {
+	w := newWorld(t)
+	v1only := httptest.NewServer(http.NotFoundHandler())
+	t.Cleanup(v1only.Close)
+	w.host.relay = api.RelayStatus{Configured: true, URL: v1only.URL, V1: true, PinnedAt: mbx.ISOTime(now.Add(-time.Hour)),
+		Enrolled: true, EnrolledAt: mbx.ISOTime(now.Add(-time.Hour)), EncAdAt: mbx.ISOTime(now.Add(-time.Hour)), Daemon: true}
+	r := w.run(t)
+	if c := find(t, r, "relay.v1"); c.Status != Warn || !strings.Contains(c.Summary, "unauthenticated") {
+		t.Errorf("relay.v1 = %+v, want a warning that the relay is unauthenticated", c)
+	}
+	if c := find(t, r, "relay.reach"); c.Status != OK || !strings.Contains(c.Summary, "v1 only") {
+		t.Errorf("relay.reach = %+v", c)
+	}
+	for _, c := range r.Checks {
+		if c.ID == "relay.v2" || c.ID == "relay.key" || c.ID == "relay.pin" {
+			t.Errorf("a v1 relay got %+v", c)
+		}
+		if c.Status == Fail {
+			t.Errorf("failing check for a working v1 relay: %+v", c)
+		}
+	}
+	// The relay now answers v2: doctor shows the key to pin.
+	v2 := httptest.NewServer(w.relay)
+	t.Cleanup(v2.Close)
+	w.host.relay.URL = v2.URL
+	c := find(t, w.run(t), "relay.v2")
+	want := "agentmbx relay set " + v2.URL + " --key " + w.relay.key.Fingerprint()
+	if c.Status != Warn || !strings.Contains(c.Summary, w.relay.key.Fingerprint()) || c.Fix != want {
+		t.Fatalf("relay.v2 = %+v, want the key to pin and fix %q", c, want)
+	}
+}

@@ -27,6 +27,10 @@ func checkRelay(ctx context.Context, env Env, rs api.RelayStatus, r *Report) {
 			Fix: "agentmbx relay set URL --key FINGERPRINT (for peers on other networks)"})
 		return
 	}
+	if rs.V1 {
+		checkRelayV1(ctx, env, rs, r)
+		return
+	}
 	how := "pinned with --key"
 	if rs.TOFU {
 		how = "trusted on first use"
@@ -37,11 +41,7 @@ func checkRelay(ctx context.Context, env Env, rs api.RelayStatus, r *Report) {
 		r.add(Check{ID: "relay.pin", Status: Warn, Summary: "the relay key was trusted on first use, not checked against its operator's fingerprint",
 			Fix: "agentmbx relay set " + rs.URL + " --key " + rs.Fingerprint + " (after comparing the fingerprint with the relay's operator)"})
 	}
-	if relayclient.PlainRemote(rs.URL) {
-		r.add(Check{ID: "relay.tls", Status: Warn, Summary: "plain http to a remote relay: who talks to whom travels in clear",
-			Detail: "hops are signed and bodies sealed, so nothing can be read or forged, but metadata is visible",
-			Fix:    "serve the relay with --tls-cert/--tls-key or --acme-domain (or behind a TLS proxy) and agentmbx relay set https://…"})
-	}
+	checkPlainRemote(rs, r)
 	ctx, cancel := context.WithTimeout(ctx, env.RelayTimeout)
 	defer cancel()
 	p, err := relayclient.DiscoverProbe(ctx, rs.URL, relayOptions(env, rs))
@@ -59,6 +59,75 @@ func checkRelay(ctx context.Context, env Env, rs api.RelayStatus, r *Report) {
 	checkRelayKey(rs, p.Info, r)
 	checkClock(p, r)
 	checkRelayState(env, rs, p.Info.Epoch, r)
+}
+
+// checkPlainRemote warns about plain http to a remote relay.
+func checkPlainRemote(rs api.RelayStatus, r *Report) {
+	if relayclient.PlainRemote(rs.URL) {
+		r.add(Check{ID: "relay.tls", Status: Warn, Summary: "plain http to a remote relay: who talks to whom travels in clear",
+			Detail: "hops are signed and bodies sealed, so nothing can be read or forged, but metadata is visible",
+			Fix:    "serve the relay with --tls-cert/--tls-key or --acme-domain (or behind a TLS proxy) and agentmbx relay set https://…"})
+	}
+}
+
+// checkRelayV1: a relay accepted although it speaks only v1 (relay set --allow-v1). It is
+// unauthenticated; doctor says whether it still answers v1 only or now v2 (with the key to pin),
+// and checks the enrolment and the v1 enc-key ad the daemon keeps there.
+func checkRelayV1(ctx context.Context, env Env, rs api.RelayStatus, r *Report) {
+	r.add(Check{ID: "relay", Status: OK, Summary: rs.URL + ", a v1 relay (AgentMBX 0.5.x before 0.5.5), accepted with --allow-v1",
+		Detail: "pinned " + rs.PinnedAt})
+	r.add(Check{ID: "relay.v1", Status: Warn, Summary: "the relay is unauthenticated: it speaks only the v1 API, has no key, and signs nothing it answers",
+		Detail: "it can drop, hold back or misroute mail unnoticed: mail it took stays pending until the delivery receipt comes back, and alerts at its deadline if none does; bodies stay sealed and signed end to end",
+		Fix:    "ask the relay's operator for a v2 relay (agentmbx relay serve), then agentmbx relay set " + rs.URL + " --key FINGERPRINT"})
+	checkPlainRemote(rs, r)
+	ctx, cancel := context.WithTimeout(ctx, env.RelayTimeout)
+	defer cancel()
+	p, err := relayclient.DiscoverProbe(ctx, rs.URL, relayOptions(env, rs))
+	switch {
+	case errors.Is(err, relayclient.ErrV1Only):
+		r.add(Check{ID: "relay.reach", Status: OK, Summary: "answers, v1 only (404 to /v2/relay/info)"})
+	case err != nil:
+		r.add(Check{ID: "relay.reach", Status: Fail, Summary: "relay unreachable: " + err.Error(),
+			Fix: "is the relay running, is the URL right?"})
+	default:
+		fp := mbx.Fingerprint(p.Info.RelayPubkey)
+		r.add(Check{ID: "relay.reach", Status: OK, Summary: "answers, version " + orDash(p.Info.Version) + ", epoch " + p.Info.Epoch})
+		r.add(Check{ID: "relay.v2", Status: Warn, Summary: "the relay answers v2 now, with key " + fp + ": pin it to use the relay authenticated",
+			Detail: "until then this host goes on speaking v1 to it; compare the fingerprint with the relay's operator first",
+			Fix:    "agentmbx relay set " + rs.URL + " --key " + fp})
+		checkClock(p, r)
+	}
+	daemonFix := ""
+	if !env.Daemon {
+		daemonFix = "agentmbx daemon --home " + env.Home
+	}
+	enrolFailed := ""
+	for _, p := range rs.Problems {
+		if p.Op == "enrol" {
+			enrolFailed = p.Error
+		}
+	}
+	switch {
+	case enrolFailed != "":
+		r.add(Check{ID: "relay.enrol", Status: Warn, Summary: "the last enrolment failed; the daemon retries it: " + enrolFailed,
+			Fix: "is the relay up and reachable?"})
+	case rs.Enrolled:
+		r.add(Check{ID: "relay.enrol", Status: OK, Summary: "enrolled (the relay's unsigned word; the daemon enrols again when a hop is refused)",
+			Detail: "at " + rs.EnrolledAt})
+	default:
+		r.add(Check{ID: "relay.enrol", Status: Warn, Summary: "not enrolled yet", Detail: "the daemon enrols within a minute of starting", Fix: daemonFix})
+	}
+	if rs.EncAdAt == "" {
+		r.add(Check{ID: "relay.enc-ad", Status: Warn, Summary: "v1 enc-key ad not published at the relay", Fix: daemonFix})
+	} else {
+		r.add(Check{ID: "relay.enc-ad", Status: OK, Summary: "v1 enc-key ad published " + rs.EncAdAt + " (v1 ads do not expire; senders seal only to keys pinned at pairing)"})
+	}
+	r.add(Check{ID: "relay.senders", Status: Info, Summary: "a v1 relay takes no sender allowlist: any host enrolled there can queue mail for this one"})
+	for _, p := range rs.Problems {
+		if p.Op != "enrol" {
+			r.add(Check{ID: "relay." + p.Op, Status: Warn, Summary: "last " + p.Op + " failed: " + p.Error, Detail: "at " + p.At})
+		}
+	}
 }
 
 // checkRelayKey: the relay serves the pinned key, and relay use is not stopped.

@@ -45,7 +45,7 @@ func (h *Host) newLAN() {
 
 // outboxPeer is p as the outbox's senders see it.
 func outboxPeer(p PeerRecord) outbox.Peer {
-	return outbox.Peer{Host: p.Host, HostPubkey: p.HostPubkey, Addr: p.Addr}
+	return outbox.Peer{Host: p.Host, HostPubkey: p.HostPubkey, Addr: p.Addr, EncPub: p.EncPub}
 }
 
 // lanHost is the host as its LAN server sees it.

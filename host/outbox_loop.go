@@ -295,6 +295,8 @@ func (h *Host) record(ctx context.Context, host string, rows []outbox.Row, out [
 					break
 				}
 				row, err = ob.MarkRelayAccepted(r.Key(), *o.Acceptance)
+			case outbox.OutcomeRelaySentV1:
+				row, err = ob.MarkRelaySentV1(r.Key(), o.Relay)
 			default:
 				ferr := o.Err
 				if ferr == nil {
@@ -325,6 +327,8 @@ func (h *Host) record(ctx context.Context, host string, rows []outbox.Row, out [
 				h.log.Debug("outbox row delivered", logkey.Row, row.Key().String(), logkey.Kind, row.Kind.String())
 			case outbox.OutcomeRejected:
 				h.log.Warn("outbox row rejected", logkey.Row, row.Key().String(), logkey.Transport, tr.String(), logkey.Reason, o.Err, logkey.Retry, o.Retryable)
+			case outbox.OutcomeRelaySentV1:
+				h.log.Debug("outbox row sent through a v1 relay: waiting for its delivery receipt", logkey.Row, row.Key().String(), logkey.Kind, row.Kind.String())
 			case outbox.OutcomeRelayAccepted:
 				accepted = append(accepted, row)
 				h.log.Debug("outbox row accepted by the relay", logkey.Row, row.Key().String(), logkey.Seq, row.Seq, logkey.Epoch, row.Epoch)

@@ -39,6 +39,13 @@ func waitReason(r outbox.Row, f waitFacts) string {
 	if r.State == outbox.StateRelayAccepted && !r.Repush {
 		return fmt.Sprintf("the relay holds it since %s; waiting for %s's delivery receipt", mbx.ISOTime(r.AcceptedAt), r.Host)
 	}
+	if !r.RelayV1At.IsZero() && r.State == outbox.StatePending {
+		why := fmt.Sprintf("the v1 relay %s said at %s that it stored it, unsigned: waiting for %s's delivery receipt", r.Relay, mbx.ISOTime(r.RelayV1At), r.Host)
+		if r.LastError != "" {
+			why += " (last attempt: " + r.LastError + ")"
+		}
+		return why + strings.Replace(nextAttempt(r, f.now), "next attempt", "sent again", 1)
+	}
 	p, pinned := f.peers[r.Host]
 	switch {
 	case !pinned:

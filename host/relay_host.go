@@ -109,6 +109,9 @@ func (rh relayHost) Envelope(tx *bbolt.Tx, it checkpoint.Item) (checkpoint.Verdi
 	if in.Env.ID != it.ItemID {
 		return checkpoint.Rejected(quarantine.CauseMalformed, "item id is not the envelope id"), nil
 	}
+	if mbx.IsReceiptsEnvelope(in.Env, peer.Host, h.name) {
+		return h.receiptsEnvelopeTx(tx, peer, in)
+	}
 	st, err := h.commitEnvelopeTx(tx, in)
 	if err != nil {
 		if s, ok := rejected(err); ok {

@@ -31,7 +31,7 @@ func apiRow(r outbox.Row) api.OutboxRow {
 		Transport: r.Transport.String(), Attempts: r.Attempts, NextAt: isoOrEmpty(r.NextAt),
 		LastError: r.LastError, Relay: r.Relay, Epoch: r.Epoch, Seq: r.Seq,
 		AcceptedAt: isoOrEmpty(r.AcceptedAt), Deadline: isoOrEmpty(r.Deadline),
-		Reason: r.Reason, EndedAt: isoOrEmpty(r.EndedAt),
+		Reason: r.Reason, EndedAt: isoOrEmpty(r.EndedAt), RelayV1At: isoOrEmpty(r.RelayV1At),
 	}
 }
 

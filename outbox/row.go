@@ -95,6 +95,10 @@ type Row struct {
 	// pending, AcceptedAt + retention + grace (24 h) once relay-accepted.
 	Deadline time.Time
 	EndedAt  time.Time // when the row entered an ended state
+	// RelayV1At is when a v1 relay (Relay) last said it stored the row's item. A v1 relay signs
+	// nothing, so that is no acceptance: an envelope row stays pending, pushed again on its
+	// backoff, until its delivery receipt (MarkRelaySentV1).
+	RelayV1At time.Time
 
 	Statement    []byte // the relay accept statement bytes, exactly as signed
 	StatementSig string // the relay's signature over Statement (base64)
@@ -138,6 +142,7 @@ type rowJSON struct {
 	AcceptedAt   *string   `json:"accepted_at"`
 	Deadline     *string   `json:"deadline"`
 	EndedAt      *string   `json:"ended_at"`
+	RelayV1At    *string   `json:"relay_v1_at,omitempty"`
 	Statement    []byte    `json:"accept_statement,omitempty"`
 	StatementSig string    `json:"accept_sig,omitempty"`
 }
@@ -171,7 +176,7 @@ func (r Row) MarshalJSON() ([]byte, error) {
 		LastError: r.LastError, Reason: r.Reason, Repush: r.Repush,
 		Relay: r.Relay, Epoch: r.Epoch, Seq: r.Seq,
 		AcceptedAt: jsonTime(r.AcceptedAt), Deadline: jsonTime(r.Deadline), EndedAt: jsonTime(r.EndedAt),
-		Statement: r.Statement, StatementSig: r.StatementSig,
+		RelayV1At: jsonTime(r.RelayV1At), Statement: r.Statement, StatementSig: r.StatementSig,
 	})
 }
 
@@ -200,6 +205,7 @@ func (r *Row) UnmarshalJSON(b []byte) error {
 		{"accepted_at", j.AcceptedAt, &out.AcceptedAt},
 		{"deadline", j.Deadline, &out.Deadline},
 		{"ended_at", j.EndedAt, &out.EndedAt},
+		{"relay_v1_at", j.RelayV1At, &out.RelayV1At},
 	} {
 		t, err := parseJSONTime(f.name, f.src)
 		if err != nil {

@@ -19,6 +19,7 @@ type Peer struct {
 	Host       string
 	HostPubkey string
 	Addr       string // its LAN address ("" when it has none)
+	EncPub     string // its enc key as pinned ("" when unknown)
 }
 
 // OutcomeKind is what became of one attempt.
@@ -35,6 +36,9 @@ const (
 	OutcomeRejected
 	// OutcomeRelayAccepted: the relay durably accepted the item (relay transport).
 	OutcomeRelayAccepted
+	// OutcomeRelaySentV1: a v1 relay said it stored the item, unsigned (MarkRelaySentV1):
+	// Relay names it.
+	OutcomeRelaySentV1
 )
 
 func (k OutcomeKind) String() string {
@@ -47,6 +51,8 @@ func (k OutcomeKind) String() string {
 		return "rejected"
 	case OutcomeRelayAccepted:
 		return "relay-accepted"
+	case OutcomeRelaySentV1:
+		return "relay-sent-v1"
 	}
 	return "OutcomeKind(" + strconv.Itoa(int(k)) + ")"
 }
@@ -62,6 +68,8 @@ type Outcome struct {
 	// the pinned relay key it verified against.
 	Acceptance *Acceptance
 	RelayKey   string
+	// Relay is the URL of the v1 relay (OutcomeRelaySentV1).
+	Relay string
 	// Unreachable marks a failure without any answer from the peer (no connection, no
 	// response): its address is unreachable now.
 	Unreachable bool

@@ -205,6 +205,11 @@ func (s *Store) MarkRelayAccepted(ctx context.Context, k Key, a Acceptance) (Row
 	return update(ctx, s, func(t *Tx) (Row, error) { return t.MarkRelayAccepted(k, a) })
 }
 
+// MarkRelaySentV1 records a v1 relay's unsigned "stored" (see Tx.MarkRelaySentV1).
+func (s *Store) MarkRelaySentV1(ctx context.Context, k Key, relay string) (Row, error) {
+	return update(ctx, s, func(t *Tx) (Row, error) { return t.MarkRelaySentV1(k, relay) })
+}
+
 // MarkExpired ends an active row expired (see Tx.MarkExpired).
 func (s *Store) MarkExpired(ctx context.Context, k Key, reason string) (Row, error) {
 	return update(ctx, s, func(t *Tx) (Row, error) { return t.MarkExpired(k, reason) })

@@ -101,6 +101,9 @@ var transitionOps = []transitionOp{
 	{"expired", func(s *Store, _ *testkit.Clock, k Key) (Row, error) {
 		return s.MarkExpired(context.Background(), k, "relay expired the item")
 	}},
+	{"sent v1", func(s *Store, _ *testkit.Clock, k Key) (Row, error) {
+		return s.MarkRelaySentV1(context.Background(), k, "http://v1.relay.example")
+	}},
 	{"settle", func(s *Store, _ *testkit.Clock, k Key) (Row, error) {
 		r, _, err := s.Settle(context.Background(), k.ItemID, k.Host)
 		return r, err
@@ -121,6 +124,7 @@ var wantTransition = map[string]map[string]State{
 	"accepted": {"pending": StateRelayAccepted, "relay-accepted": StateRelayAccepted,
 		"relay-accepted+repush": StateRelayAccepted},
 	"expired": {"pending": StateExpired, "relay-accepted": StateExpired, "relay-accepted+repush": StateExpired},
+	"sent v1": {"pending": StatePending},
 	"settle": {"pending": StateDone, "relay-accepted": StateDone, "relay-accepted+repush": StateDone,
 		"expired": StateDone, "unconfirmed": StateDone, "rejected": StateDone, "done": StateDone},
 }
@@ -230,6 +234,51 @@ func TestReceiptRows(t *testing.T) {
 	if st := mustGet(t, s, r2[0].Key()).State; st != StatePending {
 		t.Errorf("receipt row state after settling the envelope = %s, want pending", st)
 	}
+}
+
+// TestRelaySentV1: a v1 relay's unsigned "stored" leaves an envelope row pending, due again by
+// backoff and marked with where it went, until its delivery receipt; it ends a receipt row done.
+func TestRelaySentV1(t *testing.T) {
+	ctx := context.Background()
+	s, clk := openTest(t)
+	const relay = "http://v1.relay.example"
+	rows := mustAdd(t, s, envRow("M1", "peer"), receiptRow("M2", "peer"))
+	env, rec := rows[0].Key(), rows[1].Key()
+	got, err := s.MarkRelaySentV1(ctx, env, relay)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.State != StatePending || got.Attempts != 1 || got.Transport != TransportRelay || got.Relay != relay ||
+		!got.RelayV1At.Equal(clk.Now()) || !got.NextAt.After(clk.Now()) || got.Epoch != "" || len(got.Statement) != 0 {
+		t.Fatalf("envelope row after a v1 push = %+v", got)
+	}
+	if d, err := s.Due(ctx, 10); err != nil || len(d) != 1 || d[0].Key() != rec {
+		t.Fatalf("due = %v, %v; want only the receipt row (the envelope waits for its backoff)", d, err)
+	}
+	// Encoded and listed with the mark.
+	if again := mustGet(t, s, env); !again.RelayV1At.Equal(got.RelayV1At) || again.Relay != relay {
+		t.Fatalf("stored row = %+v", again)
+	}
+	js, err := got.MarshalJSON()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var back Row
+	if err := back.UnmarshalJSON(js); err != nil || !back.RelayV1At.Equal(got.RelayV1At) {
+		t.Fatalf("JSON round trip %s: %+v, %v", js, back, err)
+	}
+	if r, err := s.MarkRelaySentV1(ctx, rec, relay); err != nil || r.State != StateDone || r.Transport != TransportRelay {
+		t.Fatalf("receipt row after a v1 push = %+v, %v; want done", r, err)
+	}
+	if _, err := s.MarkRelaySentV1(ctx, env, ""); !errors.Is(err, ErrInvalid) {
+		t.Fatalf("no relay: %v, want ErrInvalid", err)
+	}
+	mustCheck(t, s)
+	// Its delivery receipt settles it.
+	if r, _, err := s.Settle(ctx, "M1", "peer"); err != nil || r.State != StateDone {
+		t.Fatalf("settle = %+v, %v", r, err)
+	}
+	mustCheck(t, s)
 }
 
 func TestAttemptOnRelayAcceptedNeverLAN(t *testing.T) {

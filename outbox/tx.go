@@ -542,6 +542,33 @@ func (t *Tx) MarkRelayAccepted(k Key, a Acceptance) (Row, error) {
 	})
 }
 
+// MarkRelaySentV1 records that the v1 relay at relay said it stored the row's item. A v1 relay
+// signs nothing, so this is no acceptance: an envelope row stays pending (attempts + 1, the relay
+// transport, next_at by backoff, so it is pushed again, which the relay's dedup by id absorbs)
+// until its delivery receipt settles it or its deadline ends it, and RelayV1At and Relay say
+// where it went. A receipt row ends done, as on a relay's acceptance (receipts get no receipt).
+// It applies to pending rows only.
+func (t *Tx) MarkRelaySentV1(k Key, relay string) (Row, error) {
+	const op = "mark sent through a v1 relay"
+	if err := checkText("relay", relay, MaxText, false); err != nil {
+		return Row{}, fmt.Errorf("outbox: %s %s: %w", op, k, err)
+	}
+	return t.mutate(op, k, func(r *Row, now time.Time) error {
+		if r.State != StatePending {
+			return illegal(op, r, "")
+		}
+		delay := t.backoff(r.Attempts)
+		r.Attempts++
+		r.Transport, r.Relay, r.RelayV1At, r.LastError = TransportRelay, relay, now, ""
+		if r.Kind == KindReceipt {
+			r.State, r.EndedAt = StateDone, now
+			return nil
+		}
+		r.NextAt = now.Add(delay)
+		return nil
+	})
+}
+
 // MarkExpired ends an active row expired with reason (for example the relay's signed expiry
 // notice for a relay-accepted row, or a peer that was removed). The caller alerts the sender.
 func (t *Tx) MarkExpired(k Key, reason string) (Row, error) {

@@ -31,6 +31,9 @@ func (l *Link) Keep(ctx context.Context, force bool) error {
 	if err != nil {
 		return err
 	}
+	if c.V1 != nil {
+		return l.keepV1(ctx, c, force)
+	}
 	k := Keeper{Client: c.Client, Pin: c.Pin, HostKey: l.key.PublicKey(), EncPub: l.enc,
 		Peers: l.PeerKeys, Clock: l.clock, Logger: l.log,
 		Load: func() (Published, bool, error) {

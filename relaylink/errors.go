@@ -25,6 +25,16 @@ var (
 	ErrRelayStopped = api.NewError(api.CodeRefused, "relay use stopped: the relay serves another key than the pinned one",
 		"if the relay really has a new key, check its fingerprint and confirm it with `agentmbx relay set URL --key FINGERPRINT`")
 
+	// ErrRelayV1Only is returned by Set for a relay that answers 404 to /v2/relay/info (a v1
+	// relay, AgentMBX 0.5.x before 0.5.5) unless the owner accepts it with AllowV1. Nothing is
+	// pinned.
+	ErrRelayV1Only = api.NewError(api.CodeRefused, "the relay speaks only the v1 API (AgentMBX 0.5.x before 0.5.5): it has no relay key, so nothing it answers is signed and it cannot be authenticated",
+		"ask its operator for a v2 relay (agentmbx relay serve) and pin its key; to use this one anyway, knowingly: `agentmbx relay set URL --allow-v1`")
+	// ErrRelayV1Key is returned by Set when --key names a key for a relay that speaks only v1:
+	// a v1 relay has no key, so there is no identity to pin. Nothing is pinned.
+	ErrRelayV1Key = api.NewError(api.CodeRefused, "the relay speaks only the v1 API: it has no relay key, so there is no identity to pin and --key cannot be checked",
+		"to use it anyway, unauthenticated: `agentmbx relay set URL --allow-v1` (without --key)")
+
 	// errCorrupt is returned when the relay record cannot be decoded (api.ErrCorrupt, as the
 	// rest of the host's store).
 	errCorrupt = api.ErrCorrupt

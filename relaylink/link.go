@@ -143,10 +143,13 @@ func poke(ch chan struct{}) {
 // sender allowlist names them). It never blocks.
 func (l *Link) KeepSoon() { poke(l.keep) }
 
-// Conn is the pinned relay in use: its pin and a client for it.
+// Conn is the pinned relay in use: its pin and a client for it, Client for a relay pinned by
+// its key, V1 for one that speaks only v1 (relay set --allow-v1; Pin.RelayKey is then empty).
+// Exactly one of the two is set.
 type Conn struct {
 	Pin    relayclient.Pin
 	Client *relayclient.Client
+	V1     *relayclient.V1
 }
 
 // heldError is Config.Hold's answer as Conn returns it: a wait, not a failure.
@@ -178,11 +181,16 @@ func (l *Link) Conn() (*Conn, error) {
 	if s.KeyChange != nil {
 		return nil, ErrRelayStopped
 	}
-	c, err := relayclient.New(s.Pin(), l.name, l.key, l.clientOptions(s.CA))
+	conn := &Conn{Pin: s.Pin()}
+	if s.V1 {
+		conn.V1, err = relayclient.NewV1(s.URL, l.name, l.key, l.clientOptions(s.CA))
+	} else {
+		conn.Client, err = relayclient.New(s.Pin(), l.name, l.key, l.clientOptions(s.CA))
+	}
 	if err != nil {
 		return nil, err
 	}
-	l.conn = &Conn{Pin: s.Pin(), Client: c}
+	l.conn = conn
 	l.recv = nil
 	l.epoch = s.Epoch
 	l.problems = map[string]string{}
@@ -195,7 +203,7 @@ func (l *Link) Conn() (*Conn, error) {
 // Usable returns the connection when rows may go to the relay now, else nil.
 func (l *Link) Usable() *Conn {
 	c, err := l.Conn()
-	if err != nil || c.Client.Stopped() != nil {
+	if err != nil || (c.Client != nil && c.Client.Stopped() != nil) {
 		return nil
 	}
 	return c
@@ -219,6 +227,9 @@ func (l *Link) failed(c *Conn, op string, err error) error {
 		l.keyChanged(c, kc)
 	}
 	if errors.Is(err, relayclient.ErrNotEnrolled) || errors.Is(err, relayclient.ErrForbidden) {
+		if c.V1 != nil {
+			l.forgetV1Enrolment(c) // a v1 relay has no info to tell: the refusal is the news
+		}
 		poke(l.keep)
 	}
 	l.problem(c, op, err)
@@ -393,7 +404,7 @@ func (l *Link) Pusher(c *Conn) *Pusher {
 	if s, err := l.load(); err == nil && s != nil {
 		lim = s.LimitsOrDefault()
 	}
-	return &Pusher{Client: c.Client, Pin: c.Pin, Limits: lim, Logger: l.log, Pacer: l.pacer(c, lim),
+	return &Pusher{Client: c.Client, V1: l.v1Pusher(c), Pin: c.Pin, Limits: lim, Logger: l.log, Pacer: l.pacer(c, lim),
 		Observe: func(err error) {
 			if err != nil {
 				l.failed(c, OpPush, err)

@@ -46,6 +46,9 @@ func (l *Link) RelaySet(ctx context.Context, req api.RelaySetRequest) (api.Relay
 		return api.RelayStatus{}, fmt.Errorf("host: relay set: %w: %v", ErrInvalid, err)
 	}
 	info, err := relayclient.Discover(ctx, url, l.clientOptions(req.CA))
+	if errors.Is(err, relayclient.ErrV1Only) {
+		return l.setV1(ctx, url, fp, req)
+	}
 	if err != nil {
 		return api.RelayStatus{}, fmt.Errorf("host: relay set %s: %w: %w", url, ErrRelayUnreachable, err)
 	}
@@ -93,7 +96,7 @@ func (l *Link) pinTx(pin relayclient.Pin, fp string, req api.RelaySetRequest, in
 			}
 			return nil
 		}
-		if old != nil && old.RelayKey != pin.RelayKey {
+		if old != nil && old.RelayKey != "" && old.RelayKey != pin.RelayKey {
 			replaced = mbx.Fingerprint(old.RelayKey)
 		}
 		lim := info.Limits
@@ -101,6 +104,44 @@ func (l *Link) pinTx(pin relayclient.Pin, fp string, req api.RelaySetRequest, in
 			TOFU: fp == "", CA: req.CA, TokenFile: req.TokenFile, Published: Published{Limits: &lim}, Epoch: info.Epoch})
 	})
 	return replaced, err
+}
+
+// setV1 is RelaySet for a relay that answered 404 to its info (v1.go): refused with --key (a v1
+// relay has no key to check) and without AllowV1; pinned as v1 otherwise. Pinning the relay
+// already pinned as v1 keeps what the host knows of it.
+func (l *Link) setV1(ctx context.Context, url, fp string, req api.RelaySetRequest) (api.RelayStatus, error) {
+	switch {
+	case fp != "":
+		return api.RelayStatus{}, fmt.Errorf("host: relay set %s: %w", url, ErrRelayV1Key)
+	case !req.AllowV1:
+		return api.RelayStatus{}, fmt.Errorf("host: relay set %s: %w", url, ErrRelayV1Only)
+	}
+	replaced := ""
+	err := l.db.Update(func(tx *bbolt.Tx) error {
+		replaced = ""
+		old, err := LoadTx(tx)
+		if err != nil {
+			return err
+		}
+		if old != nil && old.URL == url && old.V1 {
+			old.CA, old.KeyChange = req.CA, nil
+			return saveTx(tx, old)
+		}
+		if old != nil && old.RelayKey != "" {
+			replaced = mbx.Fingerprint(old.RelayKey)
+		}
+		return saveTx(tx, &Record{URL: url, V1: true, PinnedAt: mbx.ISOTime(l.clock()), CA: req.CA, TokenFile: req.TokenFile})
+	})
+	if err != nil {
+		return api.RelayStatus{}, fmt.Errorf("host: relay set: %w", err)
+	}
+	l.Drop()
+	poke(l.keep)
+	l.host.KickOutbox()
+	l.log.Warn("relay pinned as v1: it has no key, nothing it answers is signed", logkey.Relay, url, logkey.Replaced, replaced)
+	st, err := l.RelayStatus(ctx)
+	st.Replaced = replaced
+	return st, err
 }
 
 // RelayUnset forgets the pinned relay. Rows the relay accepted stay relay-accepted: their delivery
@@ -154,7 +195,15 @@ func (l *Link) RelayStatus(ctx context.Context) (api.RelayStatus, error) {
 
 // statusTx fills st with what the record s and the stores say of the pinned relay.
 func (l *Link) statusTx(tx *bbolt.Tx, s *Record, st *api.RelayStatus) error {
-	st.Configured, st.URL, st.RelayPubkey, st.Fingerprint = true, s.URL, s.RelayKey, mbx.Fingerprint(s.RelayKey)
+	st.Configured, st.URL, st.RelayPubkey = true, s.URL, s.RelayKey
+	if s.RelayKey != "" {
+		st.Fingerprint = mbx.Fingerprint(s.RelayKey)
+	}
+	st.V1 = s.V1
+	if s.V2 != nil {
+		v2 := *s.V2
+		st.V2 = &v2
+	}
 	st.PinnedAt, st.TOFU, st.Epoch, st.CA = s.PinnedAt, s.TOFU, s.Epoch, s.CA
 	st.Account, st.Token = s.Account, tokenStatus(s.TokenFile, l.clock())
 	if s.KeyChange != nil {

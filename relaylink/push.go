@@ -40,9 +40,11 @@ func RetryableRejection(code string) bool {
 	return false
 }
 
-// Pusher pushes outbox rows to the pinned relay; it is an outbox.Sender.
+// Pusher pushes outbox rows to the pinned relay; it is an outbox.Sender. Client pushes to a v2
+// relay; V1, when set instead, to a relay that speaks only v1 (v1.go).
 type Pusher struct {
 	Client *relayclient.Client
+	V1     *V1Push
 	Pin    relayclient.Pin
 	Limits mbx.Limits // the relay's announced limits (mbx.DefaultLimits when unknown)
 	Logger *slog.Logger
@@ -64,10 +66,18 @@ func (p *Pusher) Kind() outbox.Transport { return outbox.TransportRelay }
 // outcome per row. A row is
 // OutcomeRelayAccepted only with an accept statement the client verified against the pinned key;
 // the caller checks it again in the transaction that records it (VerifyAcceptance).
-func (p *Pusher) Send(ctx context.Context, _ outbox.Peer, rows []outbox.Row) []outbox.Outcome {
+func (p *Pusher) Send(ctx context.Context, peer outbox.Peer, rows []outbox.Row) []outbox.Outcome {
+	if p.V1 != nil {
+		return p.sendV1(ctx, peer, rows)
+	}
 	if p.Pacer != nil {
 		return p.Pacer.send(ctx, p, rows)
 	}
+	return p.batches(ctx, rows)
+}
+
+// batches pushes rows without a Pacer, in batches that fit max_batch and MaxPushBytes.
+func (p *Pusher) batches(ctx context.Context, rows []outbox.Row) []outbox.Outcome {
 	maxBatch := max(1, min(p.Limits.MaxBatch, mbx.DefaultMaxBatch))
 	out := make([]outbox.Outcome, len(rows))
 	for start := 0; start < len(rows); {
@@ -84,6 +94,9 @@ func (p *Pusher) Send(ctx context.Context, _ outbox.Peer, rows []outbox.Row) []o
 
 // push sends one batch.
 func (p *Pusher) push(ctx context.Context, rows []outbox.Row) []outbox.Outcome {
+	if p.V1 != nil {
+		return p.pushV1(ctx, rows)
+	}
 	items := make([]relayclient.PushItem, len(rows))
 	for i, r := range rows {
 		kind := mbx.ItemKindEnvelope

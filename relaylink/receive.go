@@ -208,7 +208,11 @@ func (l *Link) Receiver(c *Conn, opts checkpoint.ReceiverOptions) (*checkpoint.R
 	if opts.Logger == nil {
 		opts.Logger = l.log
 	}
-	r, err := l.rpos.NewReceiver(c.Pin.URL, l.source(c), handler{l: l, pin: c.Pin}, &opts)
+	var src checkpoint.Relay = l.source(c)
+	if c.V1 != nil {
+		src = l.sourceV1(c)
+	}
+	r, err := l.rpos.NewReceiver(c.Pin.URL, src, handler{l: l, pin: c.Pin}, &opts)
 	if err != nil {
 		return nil, err
 	}

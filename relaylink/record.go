@@ -34,6 +34,13 @@ type Record struct {
 	// TokenFile holds the account token to enrol with ("" for $MBX_RELAY_TOKEN or none).
 	TokenFile string `json:"token_file,omitempty"`
 
+	// V1 is set for a relay the owner accepted although it speaks only the v1 API (relay set
+	// --allow-v1): it has no key (RelayKey is ""), no epoch and no accept statements.
+	V1 bool `json:"v1,omitempty"`
+	// V2 is set when a relay pinned as v1 was last seen answering v2: the key it served, for
+	// the owner to pin (relay set --key). Cleared when it answers v1 only again.
+	V2 *api.RelayV2Seen `json:"v2,omitempty"`
+
 	// Epoch is the relay epoch last seen in an info, push or pull answer ("" before any).
 	Epoch string `json:"epoch,omitempty"`
 	// KeyChange is set when the relay served another key: relay use is stopped.

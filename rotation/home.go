@@ -101,7 +101,9 @@ func Prepare(home Home, db *bbolt.DB, name string, peers PeersFunc, opts Options
 		if err != nil {
 			return err
 		}
-		if rs != nil {
+		// A relay pinned as v1 has no rotation endpoint: there are no relay steps, and the new
+		// key enrols there afresh under the same name (docs/design.md: Compatibility).
+		if rs != nil && !rs.V1 {
 			st.Relay = &RelayProgress{URL: rs.URL, RelayKey: rs.RelayKey}
 		}
 		return saveTx(tx, st)

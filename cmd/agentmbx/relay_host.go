@@ -35,10 +35,10 @@ func (c *conn) relay() api.RelayService {
 func newRelaySetCmd() *cobra.Command {
 	var (
 		home, key, caFile, tokenFile string
-		asJSON                       bool
+		asJSON, allowV1              bool
 	)
 	cmd := &cobra.Command{
-		Use:   "set URL [--key FINGERPRINT] [--ca FILE] [--token-file FILE]",
+		Use:   "set URL [--key FINGERPRINT | --allow-v1] [--ca FILE] [--token-file FILE]",
 		Short: "Use the relay at URL for peers the LAN does not reach",
 		Long: `Pin the relay at URL: fetch its info, show its key's fingerprint and pin it. With --key the
 served key must have that fingerprint (or be that base64 key), else nothing is pinned; without it
@@ -57,10 +57,17 @@ about here and by doctor.
 
 A hosted relay may admit hosts by account token: a short-lived JWT from its accounts service,
 bound to this host's key. --token-file names a file holding it, read again at each enrolment (so
-another process can keep it fresh); without it the daemon uses $MBX_RELAY_TOKEN when set.`,
+another process can keep it fresh); without it the daemon uses $MBX_RELAY_TOKEN when set.
+
+A relay of AgentMBX 0.5.x before 0.5.5 speaks only the v1 API: it has no key, so there is no
+identity to pin, and nothing it answers is signed. relay set refuses it (always with --key);
+--allow-v1 accepts it knowingly. The daemon then speaks v1 to it: mail the relay took stays
+pending, shown as sent through the v1 relay, until its delivery receipt comes back; doctor warns
+that the relay is unauthenticated, and says so when it starts answering v2, with the key to pin.`,
 		Example: `  agentmbx relay set https://relay.example.com --key a9d0-987f-ae26-edc0
   agentmbx relay set https://relay.internal:7374 --key a9d0-987f-ae26-edc0 --ca ./private-ca.pem
-  agentmbx relay set https://relay.hosted.example --key a9d0-987f-ae26-edc0 --token-file ~/.config/mbx/token`,
+  agentmbx relay set https://relay.hosted.example --key a9d0-987f-ae26-edc0 --token-file ~/.config/mbx/token
+  agentmbx relay set https://old-relay.example --allow-v1`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ca, err := readCA(caFile)
@@ -73,7 +80,7 @@ another process can keep it fresh); without it the daemon uses $MBX_RELAY_TOKEN 
 				}
 			}
 			return withConn(cmd, home, func(ctx context.Context, c *conn) error {
-				st, err := c.relay().RelaySet(ctx, api.RelaySetRequest{URL: args[0], Key: key, CA: string(ca), TokenFile: tokenFile})
+				st, err := c.relay().RelaySet(ctx, api.RelaySetRequest{URL: args[0], Key: key, CA: string(ca), TokenFile: tokenFile, AllowV1: allowV1})
 				if err != nil {
 					return explainRelayErr(err)
 				}
@@ -84,6 +91,14 @@ another process can keep it fresh); without it the daemon uses $MBX_RELAY_TOKEN 
 					return printJSON(cmd.OutOrStdout(), st)
 				}
 				w := cmd.OutOrStdout()
+				if st.V1 {
+					fmt.Fprintf(w, "relay:       %s\nprotocol:    v1 only (no relay key: nothing it answers is signed)\n", st.URL)
+					fmt.Fprintln(w, "mail it takes stays pending until its delivery receipt; `agentmbx doctor` says when it answers v2, with the key to pin")
+					if !st.Daemon {
+						fmt.Fprintln(w, "the daemon enrols at the relay when it runs (`agentmbx daemon`)")
+					}
+					return nil
+				}
 				fmt.Fprintf(w, "relay:       %s\nfingerprint: %s\n", st.URL, st.Fingerprint)
 				if st.Replaced != "" {
 					fmt.Fprintf(w, "replaces the pinned key %s\n", st.Replaced)
@@ -105,6 +120,7 @@ another process can keep it fresh); without it the daemon uses $MBX_RELAY_TOKEN 
 	cmd.Flags().StringVar(&caFile, "ca", "", "trust the relay's certificate when the private CA in this PEM file signed it")
 	cmd.Flags().StringVar(&tokenFile, "token-file", "", "enrol with the account token in this file (read at each enrolment; default $MBX_RELAY_TOKEN)")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the relay status as JSON")
+	cmd.Flags().BoolVar(&allowV1, "allow-v1", false, "accept a relay that speaks only the v1 API (no key: unauthenticated)")
 	return cmd
 }
 
@@ -178,7 +194,14 @@ func printRelayStatus(w io.Writer, st api.RelayStatus) error {
 	if st.TOFU {
 		fp += " (trusted on first use)"
 	}
+	if st.V1 {
+		fp = "none: the relay speaks only v1 (--allow-v1), nothing it answers is signed"
+	}
 	line("key", fp)
+	if st.V2 != nil {
+		line("v2", fmt.Sprintf("the relay answers v2 since %s, with key %s", st.V2.At, st.V2.Fingerprint))
+		line("fix", "to use it authenticated, compare that fingerprint with its operator and pin it: agentmbx relay set "+st.URL+" --key "+st.V2.Fingerprint)
+	}
 	switch enrolErr, failing := enrolRefusal(st), enrolFailing(st); {
 	case st.Stopped && st.KeyChange != nil:
 		line("state", fmt.Sprintf("STOPPED: the relay served key %s, not the pinned %s (at %s)", st.KeyChange.Served, st.KeyChange.Pinned, st.KeyChange.At))

@@ -160,7 +160,7 @@ func explainRelayErr(err error) error {
 	case errors.Is(err, relayclient.ErrUntrustedCert):
 		return hint(err, "the relay's certificate must verify against the system roots; for a private CA pass --ca FILE (its PEM certificate)")
 	case errors.Is(err, relayclient.ErrV1Only):
-		return hint(err, "that relay speaks only the v1 API; agentmbx needs a v2 relay (agentmbx relay serve)")
+		return hint(err, "that relay speaks only the v1 API (AgentMBX 0.5.x before 0.5.5): it has no key to pin; `agentmbx relay set URL --allow-v1` uses it unauthenticated")
 	case errors.Is(err, relayclient.ErrTransport):
 		return hint(err, "check the URL and that the relay runs (agentmbx relay serve prints its address and key)")
 	}
