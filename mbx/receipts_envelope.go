@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 )
 
 // Delivery receipts through a v1 relay (docs/protocol.md: Delivery receipts through a v1 relay).
@@ -79,6 +80,9 @@ func Receipts(body string) ([][]byte, error) {
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&rb); err != nil || len(rb.Receipts) == 0 {
 		return nil, fmt.Errorf("%w: body is not {receipts:[…]}", ErrReceiptsEnvelope)
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return nil, fmt.Errorf("%w: more after the body's object", ErrReceiptsEnvelope)
 	}
 	out := make([][]byte, len(rb.Receipts))
 	for i, w := range rb.Receipts {

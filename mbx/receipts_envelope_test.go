@@ -59,7 +59,7 @@ func TestReceiptsEnvelopeRoundTrip(t *testing.T) {
 		t.Fatal(err)
 	}
 	_ = sealed
-	for _, bad := range []string{``, `{}`, `{"receipts":[]}`, `{"receipts":["x"]}`, `{"receipts":[{}],"more":1}`, `not json`} {
+	for _, bad := range []string{``, `{}`, `{"receipts":[{}]} {}`, `{"receipts":[{}]}]`, `{"receipts":[]}`, `{"receipts":["x"]}`, `{"receipts":[{}],"more":1}`, `not json`} {
 		if _, err := Receipts(bad); !errors.Is(err, ErrReceiptsEnvelope) {
 			t.Errorf("Receipts(%q) = %v, want ErrReceiptsEnvelope", bad, err)
 		}
@@ -70,4 +70,34 @@ func TestReceiptsEnvelopeRoundTrip(t *testing.T) {
 	if _, err := ReceiptsDraft("beta", "alpha", []byte(strings.Repeat(" ", 3))); err == nil {
 		t.Error("a draft with a wire that is not an object")
 	}
+}
+
+// FuzzReceipts: any body Receipts accepts yields JSON objects, and putting them in a draft again
+// gives the same wires back.
+func FuzzReceipts(f *testing.F) {
+	f.Add(`{"receipts":[{"rec":{},"sig":"x"}]}`)
+	f.Add(`{"receipts":[{}, {"a":[1,2]}]}`)
+	f.Add(`{"receipts":"x"}`)
+	f.Fuzz(func(t *testing.T, body string) {
+		ws, err := Receipts(body)
+		if err != nil {
+			return
+		}
+		d, err := ReceiptsDraft("beta", "alpha", ws...)
+		if err != nil {
+			if len(body) <= MaxBody {
+				t.Fatalf("accepted wires do not make a draft: %v", err)
+			}
+			return
+		}
+		again, err := Receipts(d.Body)
+		if err != nil || len(again) != len(ws) {
+			t.Fatalf("round trip: %v", err)
+		}
+		for i := range ws {
+			if !bytes.Equal(again[i], ws[i]) {
+				t.Fatalf("wire %d changed: %q → %q", i, ws[i], again[i])
+			}
+		}
+	})
 }
