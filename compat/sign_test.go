@@ -56,15 +56,6 @@ func writeCanonical(b *strings.Builder, v any) {
 		b.WriteString(strconv.FormatInt(x, 10))
 	case string:
 		writeJSString(b, x)
-	case []string:
-		b.WriteByte('[')
-		for i, s := range x {
-			if i > 0 {
-				b.WriteByte(',')
-			}
-			writeJSString(b, s)
-		}
-		b.WriteByte(']')
 	case []any:
 		b.WriteByte('[')
 		for i, e := range x {

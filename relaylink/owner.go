@@ -60,6 +60,12 @@ func (l *Link) RelaySet(ctx context.Context, req api.RelaySetRequest) (api.Relay
 		}
 		return api.RelayStatus{}, fmt.Errorf("host: relay set %s: %w: %w", url, ErrRelayUnreachable, err)
 	}
+	return l.pin(ctx, pin, fp, req, &info)
+}
+
+// pin stores the pin checked by RelaySet (info nil: a relay accepted as v1), starts using it and
+// reports the status.
+func (l *Link) pin(ctx context.Context, pin relayclient.Pin, fp string, req api.RelaySetRequest, info *mbx.InfoResponse) (api.RelayStatus, error) {
 	replaced, err := l.pinTx(pin, fp, req, info)
 	if err != nil {
 		return api.RelayStatus{}, fmt.Errorf("host: relay set: %w", err)
@@ -67,15 +73,20 @@ func (l *Link) RelaySet(ctx context.Context, req api.RelaySetRequest) (api.Relay
 	l.Drop()
 	poke(l.keep)
 	l.host.KickOutbox()
-	l.log.Info("relay pinned", logkey.Relay, pin.URL, logkey.Fingerprint, pin.Fingerprint(), logkey.TOFU, fp == "", logkey.Replaced, replaced)
+	if info == nil {
+		l.log.Warn("relay pinned as v1: it has no key, nothing it answers is signed", logkey.Relay, pin.URL, logkey.Replaced, replaced)
+	} else {
+		l.log.Info("relay pinned", logkey.Relay, pin.URL, logkey.Fingerprint, pin.Fingerprint(), logkey.TOFU, fp == "", logkey.Replaced, replaced)
+	}
 	st, err := l.RelayStatus(ctx)
 	st.Replaced = replaced
 	return st, err
 }
 
 // pinTx stores the pin checked by RelaySet and returns the fingerprint of the relay key it
-// replaced ("" for none).
-func (l *Link) pinTx(pin relayclient.Pin, fp string, req api.RelaySetRequest, info mbx.InfoResponse) (string, error) {
+// replaced ("" for none). info is the relay's, nil for a relay accepted as v1 (pin.RelayKey is
+// then empty). Pinning the relay already pinned keeps what the host knows of it.
+func (l *Link) pinTx(pin relayclient.Pin, fp string, req api.RelaySetRequest, info *mbx.InfoResponse) (string, error) {
 	replaced := ""
 	err := l.db.Update(func(tx *bbolt.Tx) error {
 		replaced = ""
@@ -83,7 +94,7 @@ func (l *Link) pinTx(pin relayclient.Pin, fp string, req api.RelaySetRequest, in
 		if err != nil {
 			return err
 		}
-		if old != nil && old.URL == pin.URL && old.RelayKey == pin.RelayKey {
+		if old != nil && old.URL == pin.URL && old.RelayKey == pin.RelayKey && old.V1 == (info == nil) {
 			if old.KeyChange != nil || (fp != "" && old.TOFU) || old.CA != req.CA || old.TokenFile != req.TokenFile {
 				old.KeyChange = nil
 				old.TOFU = old.TOFU && fp == ""
@@ -99,16 +110,18 @@ func (l *Link) pinTx(pin relayclient.Pin, fp string, req api.RelaySetRequest, in
 		if old != nil && old.RelayKey != "" && old.RelayKey != pin.RelayKey {
 			replaced = mbx.Fingerprint(old.RelayKey)
 		}
-		lim := info.Limits
-		return saveTx(tx, &Record{URL: pin.URL, RelayKey: pin.RelayKey, PinnedAt: mbx.ISOTime(l.clock()),
-			TOFU: fp == "", CA: req.CA, TokenFile: req.TokenFile, Published: Published{Limits: &lim}, Epoch: info.Epoch})
+		rec := &Record{URL: pin.URL, RelayKey: pin.RelayKey, PinnedAt: mbx.ISOTime(l.clock()), CA: req.CA, TokenFile: req.TokenFile, V1: info == nil}
+		if info != nil {
+			lim := info.Limits
+			rec.TOFU, rec.Published, rec.Epoch = fp == "", Published{Limits: &lim}, info.Epoch
+		}
+		return saveTx(tx, rec)
 	})
 	return replaced, err
 }
 
 // setV1 is RelaySet for a relay that answered 404 to its info (v1.go): refused with --key (a v1
-// relay has no key to check) and without AllowV1; pinned as v1 otherwise. Pinning the relay
-// already pinned as v1 keeps what the host knows of it.
+// relay has no key to check) and without AllowV1; pinned as v1 otherwise.
 func (l *Link) setV1(ctx context.Context, url, fp string, req api.RelaySetRequest) (api.RelayStatus, error) {
 	switch {
 	case fp != "":
@@ -116,32 +129,7 @@ func (l *Link) setV1(ctx context.Context, url, fp string, req api.RelaySetReques
 	case !req.AllowV1:
 		return api.RelayStatus{}, fmt.Errorf("host: relay set %s: %w", url, ErrRelayV1Only)
 	}
-	replaced := ""
-	err := l.db.Update(func(tx *bbolt.Tx) error {
-		replaced = ""
-		old, err := LoadTx(tx)
-		if err != nil {
-			return err
-		}
-		if old != nil && old.URL == url && old.V1 {
-			old.CA, old.KeyChange = req.CA, nil
-			return saveTx(tx, old)
-		}
-		if old != nil && old.RelayKey != "" {
-			replaced = mbx.Fingerprint(old.RelayKey)
-		}
-		return saveTx(tx, &Record{URL: url, V1: true, PinnedAt: mbx.ISOTime(l.clock()), CA: req.CA, TokenFile: req.TokenFile})
-	})
-	if err != nil {
-		return api.RelayStatus{}, fmt.Errorf("host: relay set: %w", err)
-	}
-	l.Drop()
-	poke(l.keep)
-	l.host.KickOutbox()
-	l.log.Warn("relay pinned as v1: it has no key, nothing it answers is signed", logkey.Relay, url, logkey.Replaced, replaced)
-	st, err := l.RelayStatus(ctx)
-	st.Replaced = replaced
-	return st, err
+	return l.pin(ctx, relayclient.Pin{URL: url}, "", req, nil)
 }
 
 // RelayUnset forgets the pinned relay. Rows the relay accepted stay relay-accepted: their delivery
