@@ -33,6 +33,8 @@
 //	POST /v1/pair/confirm  PairConfirmRequest     → Peer (waits for the other side)
 //	POST /v1/pair/cancel                          → {}
 //
+// The daemon routes (its status, and stopping it; daemon.go) are served for a service that also
+// implements DaemonService.
 // The outbox routes (retry and pages; outbox.go) are served for a service that also implements
 // OutboxService.
 // The mail routes (threads, search, replies, inbox pages, waiting for new mail; see mail.go) are

@@ -100,8 +100,12 @@ func RunDaemon(ctx context.Context, dir string, opts DaemonOptions) (err error) 
 	if err := os.Chmod(sockPath, 0o600); err != nil {
 		return fmt.Errorf("host: daemon: control socket: %w", err)
 	}
+	// stopCtx ends on ctx or on StopDaemon (the control socket's POST /v1/daemon/stop).
+	stopCtx, stopDaemon := context.WithCancel(ctx)
+	defer stopDaemon()
 	h.mu.Lock()
 	h.daemon = true
+	h.run = &daemonRun{started: h.clock(), stop: stopDaemon}
 	h.mu.Unlock()
 	lanSrv := &http.Server{Handler: h.lanSrv.Handler(), ReadHeaderTimeout: 10 * time.Second, ReadTimeout: time.Minute,
 		WriteTimeout: time.Minute, IdleTimeout: 2 * time.Minute, MaxHeaderBytes: 64 << 10}
@@ -153,7 +157,7 @@ func RunDaemon(ctx context.Context, dir string, opts DaemonOptions) (err error) 
 
 	var runErr error
 	select {
-	case <-ctx.Done():
+	case <-stopCtx.Done():
 	case runErr = <-errc:
 	}
 	h.log.Info("daemon stopping")
@@ -171,7 +175,7 @@ func RunDaemon(ctx context.Context, dir string, opts DaemonOptions) (err error) 
 	<-loopDone
 	h.sends.Wait()
 	h.mu.Lock()
-	h.daemon, h.bind = false, nil
+	h.daemon, h.bind, h.run = false, nil, nil
 	h.mu.Unlock()
 	h.log.Info("daemon stopped")
 	return runErr

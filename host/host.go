@@ -93,6 +93,7 @@ type Host struct {
 	listen   string       // configured listen address (meta)
 	bind     *lan.Binding // the daemon's LAN listener while it runs (daemon.go)
 	daemon   bool         // true while RunDaemon serves this host
+	run      *daemonRun   // the running daemon's start and stop (daemon_ctl.go), nil otherwise
 	closed   bool
 	inflight map[string]bool      // hosts with a send in flight (set and cleared by passes)
 	lanDown  map[string]time.Time // when a peer's LAN address last failed to answer (transport.go)

@@ -21,6 +21,7 @@ type Service interface {
 	api.RelayService
 	api.CardIssuer
 	api.EventService
+	api.DaemonService
 }
 
 // Service is this host's Service on its store: the mail from the host's mail store (package

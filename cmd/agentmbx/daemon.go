@@ -66,6 +66,6 @@ deliveries by transport, quarantine size, the relay link's state, receipts appli
 	cmd.Flags().StringVar(&metricsListen, "metrics-listen", "", "serve /metrics, /healthz and /readyz on this private address (default: off)")
 	cmd.Flags().StringVar(&metricsAddrFile, "metrics-addr-file", "", "write the metrics listener's bound host:port to this file")
 	addLogFlags(cmd, &lf)
-	cmd.AddCommand(newDaemonInstallCmd())
+	cmd.AddCommand(newDaemonInstallCmd(), newDaemonStopCmd(), newDaemonStatusCmd())
 	return cmd
 }

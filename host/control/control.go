@@ -81,6 +81,9 @@ var routes = map[string]map[string]route{
 	"/v1/relay/set":        {http.MethodPost: (*handler).relaySet},
 	"/v1/relay/unset":      {http.MethodPost: (*handler).relayUnset},
 	"/v1/relay/quarantine": {http.MethodGet: (*handler).relayQuarantine},
+
+	"/v1/daemon":      {http.MethodGet: (*handler).daemonStatus},
+	"/v1/daemon/stop": {http.MethodPost: (*handler).daemonStop},
 }
 
 func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {

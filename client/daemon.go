@@ -1,0 +1,23 @@
+package client
+
+import (
+	"context"
+	"net/http"
+
+	"github.com/agentmbx/agentmbx/api"
+)
+
+var _ api.DaemonService = (*Client)(nil)
+
+// DaemonStatus describes the daemon (GET /v1/daemon).
+func (c *Client) DaemonStatus(ctx context.Context) (api.DaemonStatus, error) {
+	var st api.DaemonStatus
+	return st, c.do(ctx, http.MethodGet, "/v1/daemon", nil, nil, &st)
+}
+
+// StopDaemon asks the daemon to stop gracefully (POST /v1/daemon/stop). It answers once the
+// stop has begun; the daemon's process exits soon after (its PID is in the answer).
+func (c *Client) StopDaemon(ctx context.Context) (api.DaemonStatus, error) {
+	var st api.DaemonStatus
+	return st, c.do(ctx, http.MethodPost, "/v1/daemon/stop", nil, nil, &st)
+}
