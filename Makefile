@@ -1,7 +1,7 @@
 GO ?= go
 FUZZTIME ?= 5s
 
-.PHONY: build install demo test vet fmt fuzz bench release cross abuse soak soak-selftest
+.PHONY: build install demo test vet fmt fuzz bench release cross abuse soak soak-selftest man
 
 # The version stamp: git describe and the commit (internal/version reads them).
 VERSION_PKG := github.com/agentmbx/agentmbx/internal/version
@@ -20,6 +20,11 @@ demo: build
 install:
 	$(GO) install -ldflags "$(LDFLAGS)" ./cmd/agentmbx
 	@echo "installed agentmbx in $$($(GO) env GOBIN | grep . || echo $$($(GO) env GOPATH)/bin)"
+
+# A man page for every command (section 1), generated from the commands by cobra/doc, in man/.
+# Read one with: man -l man/agentmbx-send.1
+man:
+	$(GO) run ./cmd/agentmbx gen-man man
 
 vet:
 	$(GO) vet ./...

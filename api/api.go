@@ -290,6 +290,10 @@ type RelaySetRequest struct {
 	// (it answers 404 to /v2/relay/info): such a relay has no key, so nothing it answers is
 	// signed. Without it, relay set refuses a v1 relay; with Key, it always does.
 	AllowV1 bool `json:"allow_v1,omitempty"`
+	// AllowHTTP allows a plain http:// URL to a relay that is not on this machine (hops are
+	// signed and bodies sealed, but who talks to whom travels in clear); without it only
+	// loopback relays may be http://.
+	AllowHTTP bool `json:"allow_http,omitempty"`
 }
 
 // RelayToken is what this host knows of its account token (read, not verified: the relay does).

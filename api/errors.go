@@ -3,6 +3,7 @@ package api
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 )
 
@@ -143,3 +144,20 @@ func (e *CodedError) Code() string { return e.code }
 
 // Hint says what to do about the error ("" when there is nothing to add).
 func (e *CodedError) Hint() string { return e.hint }
+
+// hinted is an error with a hint for a person.
+type hinted struct {
+	err  error
+	hint string
+}
+
+func (h *hinted) Error() string { return h.err.Error() }
+func (h *hinted) Unwrap() error { return h.err }
+func (h *hinted) Hint() string  { return h.hint }
+
+// WithHint wraps err so that it carries a hint for a person: what to do about it (the CLI prints
+// it on its own line; the control socket answers it in Error.Hint). The hint is a format string
+// with args.
+func WithHint(err error, hint string, args ...any) error {
+	return &hinted{err: err, hint: fmt.Sprintf(hint, args...)}
+}

@@ -3,6 +3,7 @@ package client
 import (
 	"context"
 	"net/http"
+	"net/url"
 
 	"github.com/agentmbx/agentmbx/api"
 )
@@ -20,4 +21,13 @@ func (c *Client) DaemonStatus(ctx context.Context) (api.DaemonStatus, error) {
 func (c *Client) StopDaemon(ctx context.Context) (api.DaemonStatus, error) {
 	var st api.DaemonStatus
 	return st, c.do(ctx, http.MethodPost, "/v1/daemon/stop", nil, nil, &st)
+}
+
+var _ api.IDResolver = (*Client)(nil)
+
+// ResolveID turns a message id prefix into the full id (GET /v1/resolve).
+func (c *Client) ResolveID(ctx context.Context, prefix string) (string, error) {
+	var a api.ResolveAnswer
+	err := c.do(ctx, http.MethodGet, "/v1/resolve", url.Values{"prefix": {prefix}}, nil, &a)
+	return a.ID, err
 }

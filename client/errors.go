@@ -2,7 +2,6 @@ package client
 
 import (
 	"errors"
-	"fmt"
 
 	"github.com/agentmbx/agentmbx/api"
 )
@@ -49,18 +48,6 @@ func (e *Error) Is(target error) bool {
 	return s != nil && target == s
 }
 
-// hinted is an error with a hint, made by the client itself.
-type hinted struct {
-	err  error
-	hint string
-}
-
-func (h *hinted) Error() string { return h.err.Error() }
-func (h *hinted) Unwrap() error { return h.err }
-func (h *hinted) Hint() string  { return h.hint }
-
 // WithHint wraps err so that it carries a hint for a person: what to do about it (the CLI prints
 // it on its own line). The hint is a format string with args.
-func WithHint(err error, hint string, args ...any) error {
-	return &hinted{err: err, hint: fmt.Sprintf(hint, args...)}
-}
+func WithHint(err error, hint string, args ...any) error { return api.WithHint(err, hint, args...) }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/agentmbx/agentmbx/api"
 	"github.com/agentmbx/agentmbx/internal/fsutil"
+	"github.com/agentmbx/agentmbx/internal/shellquote"
 	"github.com/agentmbx/agentmbx/mbx"
 	"github.com/agentmbx/agentmbx/relayclient"
 )
@@ -31,6 +32,9 @@ const (
 type Env struct {
 	// Home is the host home directory.
 	Home string
+	// HomeFlag is the --home the command was given ("" for none): every fix that is a host
+	// command carries it, so that the fix acts on this home when pasted.
+	HomeFlag string
 	// Host is the host: the daemon's over its socket, or the store opened by this process. Nil
 	// when it could not be reached; OpenErr says why.
 	Host    api.Service
@@ -73,7 +77,7 @@ func Run(ctx context.Context, env Env) Report {
 	}
 	checkModes(env, r)
 	checkDaemon(env, st, r)
-	checkRotation(st, r)
+	checkRotation(env, st, r)
 	var last time.Time
 	if !env.NoMarker {
 		last = readMarker(env.Home)
@@ -86,7 +90,7 @@ func Run(ctx context.Context, env Env) Report {
 	checkPeers(ctx, env, rs, r)
 	checkRelay(ctx, env, rs, r)
 	checkOutbox(ctx, env, last, r)
-	checkQuarantine(rs, r)
+	checkQuarantine(env, rs, r)
 	if !env.NoMarker {
 		if err := writeMarker(env.Home, env.Now()); err != nil {
 			r.add(Check{ID: "doctor.marker", Status: Warn, Summary: "could not record this run: " + err.Error(),
@@ -101,7 +105,7 @@ func checkHost(ctx context.Context, env Env, r *Report) (api.Status, bool) {
 	if _, err := os.Stat(filepath.Join(env.Home, HostKeyFile)); errors.Is(err, fs.ErrNotExist) {
 		r.add(Check{ID: "host", Status: Fail, Summary: "no host in " + env.Home,
 			Detail: "there is no " + HostKeyFile + " in the home directory",
-			Fix:    "agentmbx init --host NAME --home " + env.Home})
+			Fix:    env.command("init", "--host", filepath.Base(env.Home))})
 		return api.Status{}, false
 	}
 	if env.Host == nil {
@@ -145,7 +149,7 @@ func checkModes(env Env, r *Report) {
 	if len(bad) > 0 {
 		r.add(Check{ID: "home.modes", Status: Fail, Summary: "others can read the host's files",
 			Detail: strings.Join(bad, "\n"),
-			Fix: fmt.Sprintf("chmod 700 %s && chmod 600 %s %s %s", env.Home, filepath.Join(env.Home, HostKeyFile),
+			Fix: "chmod 700 " + shellquote.Quote(env.Home) + " && chmod 600 " + shellquote.Join(filepath.Join(env.Home, HostKeyFile),
 				filepath.Join(env.Home, EncKeyFile), filepath.Join(env.Home, StateFile))})
 		return
 	}
@@ -158,7 +162,7 @@ func checkDaemon(env Env, st api.Status, r *Report) {
 	if !env.Daemon {
 		r.add(Check{ID: "daemon", Status: Warn, Summary: "not running: no mail leaves or arrives until it does",
 			Detail: "no answer on " + sock + "; the checks below read the store directly",
-			Fix:    "agentmbx daemon --home " + env.Home})
+			Fix:    env.command("daemon")})
 		return
 	}
 	r.add(Check{ID: "daemon", Status: OK, Summary: "running, answering on " + sock})
@@ -166,10 +170,10 @@ func checkDaemon(env Env, st api.Status, r *Report) {
 	switch {
 	case st.Version == "":
 		r.add(Check{ID: "daemon.version", Status: Warn, Summary: "the daemon does not say its version (an older build)",
-			Detail: "this binary is " + env.Version, Fix: "restart the daemon with this binary: agentmbx daemon --home " + env.Home})
+			Detail: "this binary is " + env.Version + "; restart the daemon with this binary", Fix: env.restartDaemon()})
 	case st.Version != env.Version:
 		r.add(Check{ID: "daemon.version", Status: Warn, Summary: fmt.Sprintf("the daemon runs %s, this binary is %s", st.Version, env.Version),
-			Fix: "restart the daemon with this binary: agentmbx daemon --home " + env.Home})
+			Detail: "restart the daemon with this binary", Fix: env.restartDaemon()})
 	default:
 		r.add(Check{ID: "daemon.version", Status: OK, Summary: "same build as this binary: " + st.Version})
 	}
@@ -180,8 +184,8 @@ func checkDaemon(env Env, st api.Status, r *Report) {
 func checkLANListener(env Env, st api.Status, r *Report) {
 	if st.LANError != "" {
 		r.add(Check{ID: "daemon.lan", Status: Warn, Summary: "LAN listener not bound: peers cannot reach this host over the LAN",
-			Detail: st.LANError + "\nthe daemon retries the bind with backoff; local and relay mail go on meanwhile",
-			Fix:    "free the port " + orText(st.Listen, "(see status)") + ", or restart with another: agentmbx daemon --home " + env.Home + " --listen HOST:PORT"})
+			Detail: st.LANError + "\nthe daemon retries the bind with backoff; local and relay mail go on meanwhile\n" +
+				"free the port " + orText(st.Listen, "(see status)") + ", or restart the daemon with another address (daemon --listen HOST:PORT)"})
 		return
 	}
 	r.add(Check{ID: "daemon.lan", Status: OK, Summary: "LAN listener on " + orText(st.Listen, "-")})
@@ -230,17 +234,44 @@ func checkAgents(ctx context.Context, env Env, r *Report) {
 		return
 	}
 	var created []string
+	firstCreated := ""
 	for _, a := range as {
+		if a.CreatedByMail != "" && firstCreated == "" {
+			firstCreated = a.Name
+		}
 		if a.CreatedByMail != "" {
 			created = append(created, a.Name+" (by mail from "+a.CreatedByMail+")")
 		}
 	}
 	if len(created) == 0 {
-		r.add(Check{ID: "agents", Status: OK, Summary: fmt.Sprintf("%d agents, none created by incoming mail", len(as))})
+		r.add(Check{ID: "agents", Status: OK, Summary: fmt.Sprintf("%s, none created by incoming mail", count(len(as), "agent", "agents"))})
 		return
 	}
 	r.add(Check{ID: "agents", Status: Warn,
-		Summary: fmt.Sprintf("%d agents created by incoming mail: %s", len(created), strings.Join(created, ", ")),
-		Detail:  "no one registered these names here; their mail is kept in new mailboxes (a sender's typo, or a new agent)",
-		Fix:     "keep one: agentmbx agents add NAME; else tell the sender the right address"})
+		Summary: fmt.Sprintf("%s created by incoming mail: %s", count(len(created), "agent", "agents"), strings.Join(created, ", ")),
+		Detail: "no one registered these names here; their mail is kept in new mailboxes (a sender's typo, or a new agent)\n" +
+			"keep one with `agentmbx agents add NAME`; else tell the sender the right address",
+		Fix: env.command("agents", "add", firstCreated)})
+}
+
+// count is "1 agent", "2 agents".
+func count(n int, one, many string) string {
+	if n == 1 {
+		return "1 " + one
+	}
+	return fmt.Sprintf("%d %s", n, many)
+}
+
+// command is an agentmbx host command for a fix: the words quoted for the shell, with --home
+// when the doctor was given one, so that it acts on this home when pasted.
+func (e Env) command(words ...string) string {
+	if e.HomeFlag != "" {
+		words = append(words, "--home", e.HomeFlag)
+	}
+	return "agentmbx " + shellquote.Join(words...)
+}
+
+// restartDaemon is the fix that restarts the daemon of this home.
+func (e Env) restartDaemon() string {
+	return e.command("daemon", "stop") + " && " + e.command("daemon")
 }

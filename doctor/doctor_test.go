@@ -10,6 +10,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -124,7 +125,7 @@ func newWorld(t *testing.T) *world {
 			EncAdAt: mbx.ISOTime(now.Add(-time.Hour)), EncAdExp: mbx.ISOTime(now.Add(29 * 24 * time.Hour)),
 			SendersAt: mbx.ISOTime(now.Add(-time.Hour)), Senders: 1, SendersCurrent: true, Daemon: true},
 	}
-	env := Env{Home: home(t), Host: fh, Relay: fh, Daemon: true, Version: "v1", Now: func() time.Time { return now }, NoMarker: true}
+	env := Env{Home: home(t), HomeFlag: "../my home", Host: fh, Relay: fh, Daemon: true, Version: "v1", Now: func() time.Time { return now }, NoMarker: true}
 	return &world{env: env, host: fh, relay: fr}
 }
 
@@ -170,19 +171,19 @@ func TestEachCheckFails(t *testing.T) {
 		status Status
 		fix    string // a part of the fix
 	}{
-		{"no host", func(t *testing.T, w *world) { os.Remove(filepath.Join(w.env.Home, HostKeyFile)) }, "host", Fail, "agentmbx init --host NAME"},
+		{"no host", func(t *testing.T, w *world) { os.Remove(filepath.Join(w.env.Home, HostKeyFile)) }, "host", Fail, "agentmbx init --host home --home '../my home'"},
 		{"host unreachable", func(t *testing.T, w *world) { w.env.Host, w.env.OpenErr = nil, errors.New("locked") }, "host", Fail, ""},
 		{"key readable by others", func(t *testing.T, w *world) { os.Chmod(filepath.Join(w.env.Home, HostKeyFile), 0o644) }, "home.modes", Fail, "chmod 700"},
 		{"home open to others", func(t *testing.T, w *world) { os.Chmod(w.env.Home, 0o755) }, "home.modes", Fail, "chmod 700"},
-		{"no daemon", func(t *testing.T, w *world) { w.env.Daemon = false }, "daemon", Warn, "agentmbx daemon --home"},
+		{"no daemon", func(t *testing.T, w *world) { w.env.Daemon = false }, "daemon", Warn, "agentmbx daemon --home '../my home'"},
 		{"LAN port taken", func(t *testing.T, w *world) {
 			w.host.status.Listen, w.host.status.LANError = "127.0.0.1:7373", "listen tcp 127.0.0.1:7373: bind: address already in use"
 		}, "daemon.lan", Warn, "--listen HOST:PORT"},
 		{"agent created by incoming mail", func(t *testing.T, w *world) {
 			w.host.agents = []api.Agent{{Name: "bob"}, {Name: "bobb", CreatedByMail: "ann@work"}}
-		}, "agents", Warn, "agentmbx agents add NAME"},
-		{"daemon of another build", func(t *testing.T, w *world) { w.host.status.Version = "v0" }, "daemon.version", Warn, "restart the daemon"},
-		{"peer without enc key", func(t *testing.T, w *world) { w.host.peers[0].EncPub = "" }, "peer.work", Fail, "agentmbx peers remove work"},
+		}, "agents", Warn, "agentmbx agents add bobb --home '../my home'"},
+		{"daemon of another build", func(t *testing.T, w *world) { w.host.status.Version = "v0" }, "daemon.version", Warn, "agentmbx daemon stop --home '../my home' && agentmbx daemon --home '../my home'"},
+		{"peer without enc key", func(t *testing.T, w *world) { w.host.peers[0].EncPub = "" }, "peer.work", Fail, "agentmbx peers remove work --home '../my home'"},
 		{"relay-only peer, no relay", func(t *testing.T, w *world) { w.host.relay = api.RelayStatus{} }, "peer.work", Fail, "agentmbx relay set"},
 		{"peer unreachable on the LAN", func(t *testing.T, w *world) { w.host.peers[0].Addr = "127.0.0.1:1" }, "peer.work", Warn, ""},
 		{"no relay", func(t *testing.T, w *world) { w.host.relay = api.RelayStatus{} }, "relay", Info, "agentmbx relay set URL --key"},
@@ -221,7 +222,7 @@ func TestEachCheckFails(t *testing.T) {
 		{"account token expired", func(t *testing.T, w *world) {
 			w.host.relay.Account = "acme"
 			w.host.relay.Token = &api.RelayToken{Source: "/etc/mbx/token", Account: "acme", Exp: "2026-05-01T12:00:00.000Z", Expired: true}
-		}, "relay.account", Warn, "fresh account token into /etc/mbx/token"},
+		}, "relay.account", Warn, "needs a fresh token: put one into /etc/mbx/token"},
 		{"not enrolled, no daemon", func(t *testing.T, w *world) { w.host.relay.Enrolled, w.env.Daemon = false, false }, "relay.enrol", Warn, "agentmbx daemon"},
 		{"new relay epoch", func(t *testing.T, w *world) { w.relay.epoch = "E2" }, "relay.enrol", Warn, ""},
 		{"enc-key ad not published", func(t *testing.T, w *world) { w.host.relay.EncAdAt = "" }, "relay.enc-ad", Warn, ""},
@@ -235,12 +236,12 @@ func TestEachCheckFails(t *testing.T) {
 		{"old pending row", func(t *testing.T, w *world) {
 			id := mbx.NewULIDs(rand.Reader).New(now.Add(-3 * time.Hour))
 			w.host.rows = []api.OutboxRow{{MsgID: id, Host: "work", Kind: "envelope", State: "pending", Attempts: 4, LastError: "dial tcp: refused"}}
-		}, "outbox", Warn, "agentmbx sent"},
+		}, "outbox", Warn, "agentmbx sent "},
 		{"rows ended undelivered", func(t *testing.T, w *world) {
 			w.host.rows = []api.OutboxRow{{MsgID: "01KBN0000000000000000000AA", Host: "work", Kind: "envelope", State: "expired",
 				Reason: "not delivered within 72h", EndedAt: mbx.ISOTime(now.Add(-time.Minute))}}
-		}, "outbox.ended", Warn, "agentmbx sent 01KBN0000000000000000000AA"},
-		{"quarantine", func(t *testing.T, w *world) { w.host.relay.Quarantined = 2 }, "quarantine", Warn, "agentmbx relay quarantine"},
+		}, "outbox.ended", Warn, "agentmbx sent 01KBN0000000000000000000AA --home '../my home'"},
+		{"quarantine", func(t *testing.T, w *world) { w.host.relay.Quarantined = 2 }, "quarantine", Warn, "agentmbx relay quarantine --home '../my home'"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -248,8 +249,11 @@ func TestEachCheckFails(t *testing.T) {
 			tt.breakw(t, w)
 			r := w.run(t)
 			c := find(t, r, tt.id)
-			if c.Status != tt.status || !strings.Contains(c.Fix, tt.fix) {
-				t.Fatalf("check %s = %s %q fix %q; want %s with a fix containing %q", tt.id, c.Status, c.Summary, c.Fix, tt.status, tt.fix)
+			if c.Status != tt.status || !strings.Contains(c.Fix+"\n"+c.Detail, tt.fix) {
+				t.Fatalf("check %s = %s %q fix %q detail %q; want %s with a fix or detail containing %q", tt.id, c.Status, c.Summary, c.Fix, c.Detail, tt.status, tt.fix)
+			}
+			for _, c := range r.Checks {
+				checkPasteable(t, c)
 			}
 			if wantOK := !slices.ContainsFunc(r.Checks, func(c Check) bool { return c.Status == Fail }); r.OK != wantOK {
 				t.Fatalf("report OK = %v with checks %+v", r.OK, r.Checks)
@@ -266,7 +270,7 @@ func TestKeyMismatchFixNamesTheServedKey(t *testing.T) {
 	other := newKey(t)
 	w.relay.key = other
 	c := find(t, w.run(t), "relay.key")
-	want := "agentmbx relay set " + w.host.relay.URL + " --key " + other.Fingerprint()
+	want := "agentmbx relay set " + w.host.relay.URL + " --key " + other.Fingerprint() + " --home '../my home'"
 	if c.Fix != want {
 		t.Fatalf("fix = %q, want %q", c.Fix, want)
 	}
@@ -449,8 +453,29 @@ func TestRelayV1(t *testing.T) {
 	t.Cleanup(v2.Close)
 	w.host.relay.URL = v2.URL
 	c := find(t, w.run(t), "relay.v2")
-	want := "agentmbx relay set " + v2.URL + " --key " + w.relay.key.Fingerprint()
+	want := "agentmbx relay set " + v2.URL + " --key " + w.relay.key.Fingerprint() + " --home '../my home'"
 	if c.Status != Warn || !strings.Contains(c.Summary, w.relay.key.Fingerprint()) || c.Fix != want {
 		t.Fatalf("relay.v2 = %+v, want the key to pin and fix %q", c, want)
+	}
+}
+
+// placeholder matches words a person would have to replace in a command (NAME, CARD, URL, ...).
+var placeholder = regexp.MustCompile(`\b(NAME|CARD|URL|FINGERPRINT|HOST|PORT|FILE|CA)\b|…`)
+
+// checkPasteable fails the test when c's fix is not a command that works as pasted: it holds a
+// placeholder, or it is a host command without the --home the doctor was given.
+func checkPasteable(t *testing.T, c Check) {
+	t.Helper()
+	if c.Fix == "" {
+		return
+	}
+	if placeholder.MatchString(c.Fix) {
+		t.Errorf("check %s: fix %q holds a placeholder: it cannot work when pasted", c.ID, c.Fix)
+	}
+	for _, part := range strings.Split(c.Fix, " && ") {
+		if strings.HasPrefix(part, "agentmbx ") && !strings.HasPrefix(part, "agentmbx relay info ") &&
+			!strings.HasSuffix(part, " --home '../my home'") {
+			t.Errorf("check %s: fix %q does not carry the --home the doctor was given", c.ID, c.Fix)
+		}
 	}
 }

@@ -46,11 +46,11 @@ func checkOutbox(ctx context.Context, env Env, last time.Time, r *Report) {
 		if age := env.Now().Sub(ulidTime(pending[0].MsgID)); age > time.Hour && !ulidTime(pending[0].MsgID).IsZero() {
 			c.Status = Warn
 			c.Summary += fmt.Sprintf("; the oldest pending row waits for %s", age.Round(time.Minute))
-			c.Fix = "agentmbx sent " + pending[0].MsgID
+			c.Fix = env.command("sent", pending[0].MsgID)
 		}
 	}
 	r.add(c)
-	checkEnded(rows, last, r)
+	checkEnded(env, rows, last, r)
 }
 
 // whyWaits says where a pending row stands: its target, attempts, next try and last error.
@@ -73,7 +73,7 @@ func whyWaits(row api.OutboxRow, now time.Time) string {
 }
 
 // checkEnded: rows that ended unconfirmed, expired or rejected since the last doctor (warn).
-func checkEnded(rows []api.OutboxRow, last time.Time, r *Report) {
+func checkEnded(env Env, rows []api.OutboxRow, last time.Time, r *Report) {
 	var ended []api.OutboxRow
 	for _, row := range rows {
 		switch row.State {
@@ -105,7 +105,7 @@ func checkEnded(rows []api.OutboxRow, last time.Time, r *Report) {
 		lines = append(lines[:10], fmt.Sprintf("… and %d more (agentmbx outbox)", len(lines)-10))
 	}
 	r.add(Check{ID: "outbox.ended", Status: Warn, Summary: fmt.Sprintf("%s %s", countStates(byState), since),
-		Detail: strings.Join(lines, "\n"), Fix: "agentmbx sent " + ended[0].MsgID + " (the senders also got an alert from mbx)"})
+		Detail: strings.Join(lines, "\n") + "\nthe senders also got an alert from mbx", Fix: env.command("sent", ended[0].MsgID)})
 }
 
 // countStates prints counts by state in a fixed order ("2 pending, 1 done").
@@ -126,13 +126,13 @@ func countStates(m map[string]int) string {
 }
 
 // checkQuarantine: relay items this host refused.
-func checkQuarantine(rs api.RelayStatus, r *Report) {
+func checkQuarantine(env Env, rs api.RelayStatus, r *Report) {
 	if rs.Quarantined == 0 {
 		r.add(Check{ID: "quarantine", Status: OK, Summary: "empty"})
 		return
 	}
 	r.add(Check{ID: "quarantine", Status: Warn, Summary: fmt.Sprintf("%d relay items refused (kept, never dropped)", rs.Quarantined),
-		Fix: "agentmbx relay quarantine"})
+		Fix: env.command("relay", "quarantine")})
 }
 
 // ulidTime is the time in a ULID's first ten characters (zero when s is not a ULID).

@@ -25,7 +25,8 @@ func checkPeers(ctx context.Context, env Env, rs api.RelayStatus, r *Report) {
 	}
 	if len(peers) == 0 {
 		r.add(Check{ID: "peers", Status: Info, Summary: "no peers yet: nothing can be sent to another host",
-			Fix: "agentmbx pair (and agentmbx join on the other host), or agentmbx peers add CARD"})
+			Detail: "pair over the LAN (agentmbx pair here, agentmbx join on the other host), or pin a card from the other host (agentmbx peers add CARD)",
+			Fix:    env.command("pair")})
 		return
 	}
 	relayUp := rs.Configured && !rs.Stopped
@@ -40,7 +41,8 @@ func checkPeer(ctx context.Context, env Env, p api.Peer, relayUp bool) Check {
 	c := Check{ID: "peer." + p.Host}
 	if !mbx.ValidPublicKey(p.EncPub) {
 		c.Status, c.Summary = Fail, "its enc key is unknown: mail to it cannot be sealed"
-		c.Fix = "pin it again from a fresh card: agentmbx peers remove " + p.Host + ", then agentmbx peers add CARD"
+		c.Detail = "unpin it, then pin it again from a fresh card (agentmbx peers add CARD)"
+		c.Fix = env.command("peers", "remove", p.Host)
 		return c
 	}
 	if p.Addr == "" {
@@ -49,7 +51,7 @@ func checkPeer(ctx context.Context, env Env, p api.Peer, relayUp bool) Check {
 			return c
 		}
 		c.Status, c.Summary = Fail, "no LAN address and no relay in use: mail to it cannot leave"
-		c.Fix = "agentmbx relay set URL --key FINGERPRINT (the relay both hosts use)"
+		c.Detail = "set a relay both hosts use: agentmbx relay set URL --key FINGERPRINT"
 		return c
 	}
 	err := probePeer(ctx, env, p)
@@ -58,19 +60,16 @@ func checkPeer(ctx context.Context, env Env, p api.Peer, relayUp bool) Check {
 		c.Status, c.Summary = OK, "reachable over the LAN at "+p.Addr+" (signed answer verified); enc key known"
 	case errors.Is(err, errImpostor):
 		c.Status, c.Summary = Fail, "something else answers at "+p.Addr+": "+err.Error()
-		c.Detail = "its answer is not signed by the pinned key " + p.Fingerprint
-		c.Fix = "check the address; if the host really got a new identity: agentmbx peers remove " + p.Host + " and pair again"
+		c.Detail = "its answer is not signed by the pinned key " + p.Fingerprint + "\ncheck the address; if the host really got a new identity, unpin it (agentmbx peers remove " + p.Host + ") and pair again"
 	case errors.Is(err, errEncChanged):
 		c.Status, c.Summary = Warn, "reachable at "+p.Addr+", but it advertises another enc key than the pinned one"
-		c.Detail = err.Error()
-		c.Fix = "pin its current card: agentmbx peers add CARD"
+		c.Detail = err.Error() + "\npin its current card: agentmbx peers add CARD"
 	case relayUp:
 		c.Status, c.Summary = Warn, "not reachable over the LAN at "+p.Addr+": mail goes through the relay"
 		c.Detail = err.Error()
 	default:
 		c.Status, c.Summary = Warn, "not reachable over the LAN at "+p.Addr+" and no relay in use: mail waits for it"
-		c.Detail = err.Error()
-		c.Fix = "start its daemon, or set a relay both hosts use: agentmbx relay set URL --key FINGERPRINT"
+		c.Detail = err.Error() + "\nstart its daemon, or set a relay both hosts use: agentmbx relay set URL --key FINGERPRINT"
 	}
 	return c
 }

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/agentmbx/agentmbx/api"
+	"github.com/agentmbx/agentmbx/internal/shellquote"
 	"github.com/agentmbx/agentmbx/mbx"
 	"github.com/agentmbx/agentmbx/relayclient"
 )
@@ -20,11 +21,18 @@ const (
 	adWarn = 3 * 24 * time.Hour
 )
 
+// The clock fix: NTP through systemd (run as root).
+const (
+	clockAdvice = "synchronise this machine's clock with NTP"
+	clockFix    = "timedatectl set-ntp true"
+	republishes = "the daemon republishes it daily; if it runs, check its log"
+)
+
 // checkRelay: the pinned relay, how its key was pinned, and what the relay serves now.
 func checkRelay(ctx context.Context, env Env, rs api.RelayStatus, r *Report) {
 	if !rs.Configured {
 		r.add(Check{ID: "relay", Status: Info, Summary: "no relay set: only peers on the LAN are reached",
-			Fix: "agentmbx relay set URL --key FINGERPRINT (for peers on other networks)"})
+			Detail: "for peers on other networks: agentmbx relay set URL --key FINGERPRINT"})
 		return
 	}
 	if rs.V1 {
@@ -39,7 +47,8 @@ func checkRelay(ctx context.Context, env Env, rs api.RelayStatus, r *Report) {
 		Detail: "pinned " + rs.PinnedAt})
 	if rs.TOFU {
 		r.add(Check{ID: "relay.pin", Status: Warn, Summary: "the relay key was trusted on first use, not checked against its operator's fingerprint",
-			Fix: "agentmbx relay set " + rs.URL + " --key " + rs.Fingerprint + " (after comparing the fingerprint with the relay's operator)"})
+			Detail: "compare the fingerprint with the relay's operator, then pin it",
+			Fix:    env.command("relay", "set", rs.URL, "--key", rs.Fingerprint)})
 	}
 	checkPlainRemote(rs, r)
 	ctx, cancel := context.WithTimeout(ctx, env.RelayTimeout)
@@ -47,16 +56,16 @@ func checkRelay(ctx context.Context, env Env, rs api.RelayStatus, r *Report) {
 	p, err := relayclient.DiscoverProbe(ctx, rs.URL, relayOptions(env, rs))
 	if err != nil {
 		c := Check{ID: "relay.reach", Status: Fail, Summary: "relay unreachable: " + err.Error(),
-			Fix: "agentmbx relay info " + rs.URL + " (is the relay running, is the URL right?)"}
+			Detail: "is the relay running, is the URL right?", Fix: "agentmbx relay info " + shellquote.Quote(rs.URL)}
 		if errors.Is(err, relayclient.ErrUntrustedCert) {
-			c.Fix = "agentmbx relay set " + rs.URL + " --key " + rs.Fingerprint + " --ca CA.pem (for a private CA)"
+			c.Detail, c.Fix = "for a relay with a certificate from a private CA, pin the CA too: agentmbx relay set "+rs.URL+" --key "+rs.Fingerprint+" --ca CA.pem", ""
 		}
 		r.add(c)
 		checkRelayState(env, rs, "", r)
 		return
 	}
 	r.add(Check{ID: "relay.reach", Status: OK, Summary: "answers, version " + orDash(p.Info.Version) + ", epoch " + p.Info.Epoch})
-	checkRelayKey(rs, p.Info, r)
+	checkRelayKey(env, rs, p.Info, r)
 	checkClock(p, r)
 	checkRelayState(env, rs, p.Info.Epoch, r)
 }
@@ -65,8 +74,8 @@ func checkRelay(ctx context.Context, env Env, rs api.RelayStatus, r *Report) {
 func checkPlainRemote(rs api.RelayStatus, r *Report) {
 	if relayclient.PlainRemote(rs.URL) {
 		r.add(Check{ID: "relay.tls", Status: Warn, Summary: "plain http to a remote relay: who talks to whom travels in clear",
-			Detail: "hops are signed and bodies sealed, so nothing can be read or forged, but metadata is visible",
-			Fix:    "serve the relay with --tls-cert/--tls-key or --acme-domain (or behind a TLS proxy) and agentmbx relay set https://…"})
+			Detail: "hops are signed and bodies sealed, so nothing can be read or forged, but metadata is visible\n" +
+				"serve the relay with --tls-cert/--tls-key or --acme-domain (or behind a TLS proxy) and pin its https:// URL with agentmbx relay set"})
 	}
 }
 
@@ -94,7 +103,7 @@ func checkRelayV1(ctx context.Context, env Env, rs api.RelayStatus, r *Report) {
 		r.add(Check{ID: "relay.reach", Status: OK, Summary: "answers, version " + orDash(p.Info.Version) + ", epoch " + p.Info.Epoch})
 		r.add(Check{ID: "relay.v2", Status: Warn, Summary: "the relay answers v2 now, with key " + fp + ": pin it to use the relay authenticated",
 			Detail: "until then this host goes on speaking v1 to it; compare the fingerprint with the relay's operator first",
-			Fix:    "agentmbx relay set " + rs.URL + " --key " + fp})
+			Fix:    env.command("relay", "set", rs.URL, "--key", fp)})
 		checkClock(p, r)
 	}
 	daemonFix := ""
@@ -131,17 +140,17 @@ func checkRelayV1(ctx context.Context, env Env, rs api.RelayStatus, r *Report) {
 }
 
 // checkRelayKey: the relay serves the pinned key, and relay use is not stopped.
-func checkRelayKey(rs api.RelayStatus, info mbx.InfoResponse, r *Report) {
+func checkRelayKey(env Env, rs api.RelayStatus, info mbx.InfoResponse, r *Report) {
 	served := mbx.Fingerprint(info.RelayPubkey)
 	switch {
 	case info.RelayPubkey != rs.RelayPubkey:
 		r.add(Check{ID: "relay.key", Status: Fail, Summary: fmt.Sprintf("the relay serves key %s, not the pinned %s", served, rs.Fingerprint),
 			Detail: "relay use stops until the owner confirms the new key; compare it with the relay's operator first",
-			Fix:    "agentmbx relay set " + rs.URL + " --key " + served})
+			Fix:    env.command("relay", "set", rs.URL, "--key", served)})
 	case rs.Stopped && rs.KeyChange != nil:
 		r.add(Check{ID: "relay.key", Status: Fail, Summary: fmt.Sprintf("relay use is stopped: the relay served key %s at %s", rs.KeyChange.Served, rs.KeyChange.At),
 			Detail: "it serves the pinned key " + rs.Fingerprint + " again now",
-			Fix:    "agentmbx relay set " + rs.URL + " --key " + rs.Fingerprint})
+			Fix:    env.command("relay", "set", rs.URL, "--key", rs.Fingerprint)})
 	default:
 		r.add(Check{ID: "relay.key", Status: OK, Summary: "serves the pinned key " + rs.Fingerprint})
 	}
@@ -159,10 +168,10 @@ func checkClock(p relayclient.Probe, r *Report) {
 	switch {
 	case abs >= skewFail:
 		r.add(Check{ID: "relay.clock", Status: Fail, Summary: desc + ": signed requests are refused beyond 5 minutes",
-			Fix: "synchronise this machine's clock (NTP: timedatectl set-ntp true)"})
+			Detail: clockAdvice, Fix: clockFix})
 	case abs >= skewWarn:
 		r.add(Check{ID: "relay.clock", Status: Warn, Summary: desc + " (refused beyond 5 minutes)",
-			Fix: "synchronise this machine's clock (NTP: timedatectl set-ntp true)"})
+			Detail: clockAdvice, Fix: clockFix})
 	default:
 		r.add(Check{ID: "relay.clock", Status: OK, Summary: "within a minute of the relay's (" + abs.Round(time.Second).String() + ")"})
 	}
@@ -174,7 +183,7 @@ func checkClock(p relayclient.Probe, r *Report) {
 func checkRelayState(env Env, rs api.RelayStatus, served string, r *Report) {
 	daemonFix := ""
 	if !env.Daemon {
-		daemonFix = "agentmbx daemon --home " + env.Home
+		daemonFix = env.command("daemon")
 	}
 	var refused, failing string
 	for _, p := range rs.Problems {
@@ -189,13 +198,13 @@ func checkRelayState(env Env, rs api.RelayStatus, served string, r *Report) {
 	switch {
 	case refused != "" && rs.Token != nil:
 		r.add(Check{ID: "relay.enrol", Status: Fail, Summary: "the relay refused the enrolment: " + refused,
-			Fix: "get a fresh account token into " + rs.Token.Source + " for this host's key, then restart the daemon"})
+			Detail: "get a fresh account token into " + rs.Token.Source + " for this host's key, then restart the daemon"})
 	case refused != "":
 		r.add(Check{ID: "relay.enrol", Status: Fail, Summary: "the relay refused the enrolment: " + refused,
-			Fix: "ask the relay's operator to admit this host's key, then restart the daemon"})
+			Detail: "ask the relay's operator to admit this host's key, then restart the daemon"})
 	case failing != "":
 		r.add(Check{ID: "relay.enrol", Status: Warn, Summary: "the last enrolment failed; the daemon retries it: " + failing,
-			Fix: "is the relay up and reachable? agentmbx relay info " + rs.URL})
+			Detail: "is the relay up and reachable?", Fix: "agentmbx relay info " + shellquote.Quote(rs.URL)})
 	case served != "" && rs.Epoch != "" && served != rs.Epoch:
 		r.add(Check{ID: "relay.enrol", Status: Warn, Summary: "the relay has a new epoch " + served + " (a restore or reset): re-enrolment due",
 			Detail: fmt.Sprintf("enrolled under epoch %s; the daemon enrols again, re-pushes what the relay held and pulls from 0", rs.Epoch),
@@ -241,11 +250,10 @@ func checkAccount(rs api.RelayStatus, r *Report) {
 		r.add(Check{ID: "relay.account", Status: OK, Summary: account + "; no account token set"})
 	case t.Error != "":
 		r.add(Check{ID: "relay.account", Status: Fail, Summary: account + "; the account token in " + t.Source + " is unusable: " + t.Error,
-			Fix: "put a valid account token into " + t.Source})
+			Detail: "put a valid account token into " + t.Source})
 	case t.Expired:
 		r.add(Check{ID: "relay.account", Status: Warn, Summary: account + "; the account token in " + t.Source + " expired at " + t.Exp,
-			Detail: "enrolled hosts keep working; the next enrolment needs a fresh token",
-			Fix:    "get a fresh account token into " + t.Source})
+			Detail: "enrolled hosts keep working; the next enrolment needs a fresh token: put one into " + t.Source})
 	default:
 		r.add(Check{ID: "relay.account", Status: OK, Summary: account + "; account token from " + t.Source +
 			", account " + orDash(t.Account) + ", expires " + orDash(t.Exp)})
@@ -264,10 +272,10 @@ func checkEncAd(env Env, rs api.RelayStatus, r *Report, fix string) {
 		r.add(Check{ID: "relay.enc-ad", Status: Warn, Summary: "enc-key ad published " + rs.EncAdAt + ", expiry unreadable"})
 	case left <= 0:
 		r.add(Check{ID: "relay.enc-ad", Status: Fail, Summary: "enc-key ad expired " + rs.EncAdExp + ": senders cannot seal mail to this host through the relay",
-			Fix: orText(fix, "the daemon republishes it daily; check its log")})
+			Detail: republishes, Fix: fix})
 	case left < adWarn:
 		r.add(Check{ID: "relay.enc-ad", Status: Warn, Summary: "enc-key ad expires soon: " + rs.EncAdExp,
-			Fix: orText(fix, "the daemon republishes it daily; check its log")})
+			Detail: republishes, Fix: fix})
 	default:
 		r.add(Check{ID: "relay.enc-ad", Status: OK, Summary: "enc-key ad published " + rs.EncAdAt + ", expires " + rs.EncAdExp})
 	}

@@ -8,7 +8,7 @@ import (
 )
 
 // checkRotation: this host's last key rotation is done, or what is left of it.
-func checkRotation(st api.Status, r *Report) {
+func checkRotation(env Env, st api.Status, r *Report) {
 	rot := st.Rotation
 	if rot == nil {
 		return
@@ -40,7 +40,8 @@ func checkRotation(st api.Status, r *Report) {
 	}
 	c.Detail = strings.Join(left, "\n")
 	if !st.Daemon {
-		c.Fix = "agentmbx daemon (it retries the steps left until they are done)"
+		c.Detail += "\nthe daemon retries the steps left until they are done"
+		c.Fix = env.command("daemon")
 	}
 	r.add(c)
 }

@@ -15,14 +15,14 @@ func TestCheckRotation(t *testing.T) {
 	}
 	t.Run("never rotated", func(t *testing.T) {
 		var r Report
-		checkRotation(api.Status{}, &r)
+		checkRotation(Env{HomeFlag: "../h"}, api.Status{}, &r)
 		if len(r.Checks) != 0 {
 			t.Errorf("checks = %+v, want none", r.Checks)
 		}
 	})
 	t.Run("in progress, no daemon", func(t *testing.T) {
 		r := Report{OK: true}
-		checkRotation(api.Status{Rotation: rot("")}, &r)
+		checkRotation(Env{HomeFlag: "../h"}, api.Status{Rotation: rot("")}, &r)
 		c := r.Checks[0]
 		if c.Status != Warn || !strings.Contains(c.Detail, "relay down") || !strings.Contains(c.Detail, "peer gamma not told yet") ||
 			strings.Contains(c.Detail, "beta") || !strings.Contains(c.Fix, "agentmbx daemon") {
@@ -31,7 +31,7 @@ func TestCheckRotation(t *testing.T) {
 	})
 	t.Run("done", func(t *testing.T) {
 		var r Report
-		checkRotation(api.Status{Rotation: rot("2026-10-02T10:05:00.000Z"), Daemon: true}, &r)
+		checkRotation(Env{HomeFlag: "../h"}, api.Status{Rotation: rot("2026-10-02T10:05:00.000Z"), Daemon: true}, &r)
 		if c := r.Checks[0]; c.Status != OK || !strings.Contains(c.Summary, "aaaa-aaaa-aaaa-aaaa") {
 			t.Errorf("check = %+v", c)
 		}

@@ -22,6 +22,7 @@ type Service interface {
 	api.CardIssuer
 	api.EventService
 	api.DaemonService
+	api.IDResolver
 }
 
 // Service is this host's Service on its store: the mail from the host's mail store (package

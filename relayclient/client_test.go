@@ -22,7 +22,8 @@ func TestNormalizeURL(t *testing.T) {
 	}{
 		{"https://relay.agentmbx.com", "https://relay.agentmbx.com", true},
 		{"https://Relay.AgentMBX.com/", "https://relay.agentmbx.com", true},
-		{"relay.example:7374", "https://relay.example:7374", true},
+		{"relay.example:7374", "", false}, // no scheme: refused, not guessed
+		{"127.0.0.1:7374", "", false},
 		{"http://127.0.0.1:7374/prefix/", "http://127.0.0.1:7374/prefix", true},
 		{"  HTTPS://r.example  ", "https://r.example", true},
 		{"ftp://r.example", "", false},

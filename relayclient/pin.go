@@ -40,15 +40,15 @@ func (p Pin) Check() error {
 }
 
 // NormalizeURL checks a relay URL the owner typed and returns its normal form: http or https
-// (a bare host:port gets https), lowercase scheme and host, no user info, query or fragment, no
-// trailing slash.
+// (the scheme must be written: a bare host:port is refused rather than guessed), lowercase
+// scheme and host, no user info, query or fragment, no trailing slash.
 func NormalizeURL(raw string) (string, error) {
 	s := strings.TrimSpace(raw)
 	if s == "" {
 		return "", fmt.Errorf("%w: empty relay URL", ErrInvalid)
 	}
 	if !strings.Contains(s, "://") {
-		s = "https://" + s
+		return "", fmt.Errorf("%w: relay URL %q has no scheme: write https://%s (or http:// for a relay on this machine)", ErrInvalid, s, s)
 	}
 	u, err := url.Parse(s)
 	if err != nil {

@@ -31,6 +31,10 @@ func (l *Link) RelaySet(ctx context.Context, req api.RelaySetRequest) (api.Relay
 	if err != nil {
 		return api.RelayStatus{}, fmt.Errorf("host: relay set: %w: %v", ErrInvalid, err)
 	}
+	if relayclient.PlainRemote(url) && !req.AllowHTTP {
+		return api.RelayStatus{}, api.WithHint(fmt.Errorf("host: relay set: %w: %s is plain http to a relay that is not on this machine", ErrInvalid, url),
+			"use https://, or give --allow-http to accept that who talks to whom travels in clear (hops stay signed, bodies sealed)")
+	}
 	fp := strings.TrimSpace(req.Key)
 	if fp != "" {
 		if _, err := mbx.ParseFingerprint(fp); err != nil {

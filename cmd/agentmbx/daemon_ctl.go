@@ -70,7 +70,7 @@ so and exits 0.`,
 			defer cancel()
 			if err := waitExited(ctx, st.PID); err != nil {
 				return hint(fmt.Errorf("the daemon (pid %d) is still running after %s", st.PID, timeout),
-					"it may be finishing a long request; wait and run `agentmbx daemon status%s`, or send it SIGKILL (nothing answered is lost)", homeArg(home))
+					"it may be finishing a long request; wait and run `%s`, or send it SIGKILL (nothing answered is lost)", hostCommand(home, "daemon", "status"))
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "daemon stopped (pid %d)\n", st.PID)
 			return nil
@@ -195,22 +195,4 @@ func printDaemonStatus(w interface{ Write([]byte) (int, error) }, st api.DaemonS
 		parts = append(parts, fmt.Sprintf("%s %d", s, st.Outbox[s]))
 	}
 	fmt.Fprintf(w, "outbox: %s\n", strings.Join(parts, ", "))
-}
-
-// homeArg is " --home DIR" when the command was given one, for the commands a hint suggests.
-func homeArg(home string) string {
-	if home == "" {
-		return ""
-	}
-	return " --home " + shellQuote(home)
-}
-
-// shellQuote quotes s for a POSIX shell when it holds anything but safe characters.
-func shellQuote(s string) string {
-	if s != "" && strings.IndexFunc(s, func(r rune) bool {
-		return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("@%+=:,./-_", r))
-	}) < 0 {
-		return s
-	}
-	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }

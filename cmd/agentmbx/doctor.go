@@ -36,7 +36,7 @@ status ok, warn, fail or info. The time of each run is kept in doctor.json in th
 			if err != nil {
 				return err
 			}
-			env := doctor.Env{Home: dir, Version: version.String()}
+			env := doctor.Env{Home: dir, HomeFlag: home, Version: version.String()}
 			if _, serr := os.Stat(dir); serr == nil {
 				c, err := openHost(cmd.Context(), cmd, home)
 				if err != nil {

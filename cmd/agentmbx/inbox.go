@@ -80,13 +80,12 @@ arrive (this needs the daemon running).`,
 		},
 	}
 	addHomeFlag(cmd, &home)
-	cmd.Flags().StringVar(&as, "as", "", "the local agent whose mail to list")
+	addAgentFlag(cmd, &as, "the local agent whose mail to list", true)
 	cmd.Flags().BoolVar(&all, "all", false, "list read and acknowledged mail too")
 	cmd.Flags().IntVar(&limit, "limit", 50, fmt.Sprintf("show at most this many of the newest messages (1 to %d; 0: all)", api.MaxPage))
 	cmd.Flags().StringVar(&since, "since", "", "only mail after this message id, or from the last DURATION (like 2h)")
 	cmd.Flags().DurationVar(&wait, "wait", 0, "wait up to this long for unread mail (needs the daemon)")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the messages as a JSON array")
-	cmd.MarkFlagRequired("as")
 	return cmd
 }
 
@@ -94,7 +93,7 @@ arrive (this needs the daemon running).`,
 func printInbox(cmd *cobra.Command, as string, all, asJSON bool, msgs []api.Message, more int) error {
 	moreLine := func(w io.Writer) {
 		if more > 0 {
-			fmt.Fprintf(w, "%d older messages not shown (--limit N, --since ID|DURATION)\n", more)
+			fmt.Fprintf(w, "%s not shown (--limit N, --since ID|DURATION)\n", plural(more, "older message", "older messages"))
 		}
 	}
 	if asJSON {
@@ -113,11 +112,16 @@ func printInbox(cmd *cobra.Command, as string, all, asJSON bool, msgs []api.Mess
 		_, err := fmt.Fprintf(w, "%s for %s\n", what, as)
 		return err
 	}
+	ids := make([]string, len(msgs))
+	for i, m := range msgs {
+		ids[i] = m.ID
+	}
+	short, now := shortIDs(ids), time.Now()
 	rows := make([][]string, 0, len(msgs))
 	for _, m := range msgs {
-		rows = append(rows, []string{m.ID, m.State, m.From, m.Kind, m.Subject, m.TS})
+		rows = append(rows, []string{short[m.ID], m.State, m.From, m.Kind, m.Subject, ago(m.TS, now)})
 	}
-	if err := table(w, []string{"ID", "STATE", "FROM", "KIND", "SUBJECT", "TS"}, rows); err != nil {
+	if err := table(w, []string{"ID", "STATE", "FROM", "KIND", "SUBJECT", "AGE"}, rows); err != nil {
 		return err
 	}
 	moreLine(w)
@@ -168,10 +172,17 @@ func newReadCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "read ID --as AGENT [--json]",
 		Short: "Show one message of an agent's and mark it read",
-		Args:  cobra.ExactArgs(1),
+		Long: `Show one message of an agent's and mark it read. ID may be the start of the id (at least
+8 characters, as the tables show them) when no other message begins with it.`,
+		Args:              cobra.ExactArgs(1),
+		ValidArgsFunction: completeMailIDs(false),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return withConn(cmd, home, func(ctx context.Context, c *conn) error {
-				m, err := c.Read(ctx, api.ReadRequest{ID: args[0], Agent: as})
+				id, err := fullID(ctx, c, args[0])
+				if err != nil {
+					return err
+				}
+				m, err := c.Read(ctx, api.ReadRequest{ID: id, Agent: as})
 				if err != nil {
 					return err
 				}
@@ -183,9 +194,8 @@ func newReadCmd() *cobra.Command {
 		},
 	}
 	addHomeFlag(cmd, &home)
-	cmd.Flags().StringVar(&as, "as", "", "the local agent the message was sent to")
+	addAgentFlag(cmd, &as, "the local agent the message was sent to", true)
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the message as JSON")
-	cmd.MarkFlagRequired("as")
 	return cmd
 }
 
@@ -250,30 +260,81 @@ func oneLineFull(s string) string {
 func newAckCmd() *cobra.Command {
 	var (
 		home, as, note string
-		asJSON         bool
+		all, asJSON    bool
 	)
 	cmd := &cobra.Command{
-		Use:   "ack ID --as AGENT [--note N]",
-		Short: "Acknowledge a message (the sender sees it in `agentmbx sent`)",
-		Args:  cobra.ExactArgs(1),
+		Use:   "ack (ID... | --all) --as AGENT [--note N] [--json]",
+		Short: "Acknowledge messages (their senders see it in `agentmbx sent`)",
+		Long: `Acknowledge messages of an agent's: the ids given (or the start of each, as the tables show
+them), or with --all every message in the agent's mailbox not acknowledged yet. Each sender sees
+the acknowledgement, with the note, in ` + "`agentmbx sent`" + `. Every id is checked before any is
+acknowledged. --json prints the acknowledged messages as a JSON array.`,
+		Example: `  agentmbx ack --as bob 01KBN3V4Q0X5 --note thanks
+  agentmbx ack --as bob 01KBN3V4Q0X5 01KBN3V4R7A2
+  agentmbx ack --as bob --all`,
+		ValidArgsFunction: completeMailIDs(true),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if all == (len(args) > 0) {
+				return usageErr("e.g. `agentmbx ack --as bob ID` or `agentmbx ack --as bob --all`", "ack: name message ids or --all (not both)")
+			}
 			return withConn(cmd, home, func(ctx context.Context, c *conn) error {
-				m, err := c.Ack(ctx, api.AckRequest{ID: args[0], Agent: as, Note: note})
+				ids, err := ackIDs(ctx, c, as, args, all)
 				if err != nil {
 					return err
 				}
-				if asJSON {
-					return printJSON(cmd.OutOrStdout(), m)
+				acked := []api.Message{}
+				for _, id := range ids {
+					m, err := c.Ack(ctx, api.AckRequest{ID: id, Agent: as, Note: note})
+					if err != nil {
+						if len(acked) > 0 {
+							err = fmt.Errorf("%w (%s acknowledged before it)", err, plural(len(acked), "message", "messages"))
+						}
+						return err
+					}
+					acked = append(acked, m)
 				}
-				_, err = fmt.Fprintf(cmd.OutOrStdout(), "acked %s\n", m.ID)
-				return err
+				if asJSON {
+					return printJSON(cmd.OutOrStdout(), acked)
+				}
+				w := cmd.OutOrStdout()
+				if len(acked) == 0 {
+					_, err := fmt.Fprintf(w, "nothing to acknowledge for %s\n", as)
+					return err
+				}
+				for _, m := range acked {
+					fmt.Fprintf(w, "acked %s\n", m.ID)
+				}
+				return nil
 			})
 		},
 	}
 	addHomeFlag(cmd, &home)
-	cmd.Flags().StringVar(&as, "as", "", "the local agent the message was sent to")
-	cmd.Flags().StringVar(&note, "note", "", "a note for the sender (at most 500 characters)")
-	cmd.Flags().BoolVar(&asJSON, "json", false, "print the acknowledged message as JSON")
-	cmd.MarkFlagRequired("as")
+	addAgentFlag(cmd, &as, "the local agent the messages were sent to", true)
+	cmd.Flags().BoolVar(&all, "all", false, "every message in the agent's mailbox not acknowledged yet")
+	cmd.Flags().StringVar(&note, "note", "", "a note for the senders (at most 500 characters)")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the acknowledged messages as a JSON array")
 	return cmd
+}
+
+// ackIDs are the ids an ack names in full: the arguments resolved (all of them before any ack),
+// or with all the agent's messages not acknowledged yet, oldest first.
+func ackIDs(ctx context.Context, c *conn, agent string, args []string, all bool) ([]string, error) {
+	if !all {
+		ids, err := fullIDs(ctx, c, args)
+		return slices.Compact(ids), err
+	}
+	if err := knownAgent(ctx, c, agent); err != nil {
+		return nil, err
+	}
+	msgs, err := c.Inbox(ctx, agent, true)
+	if err != nil {
+		return nil, err
+	}
+	var ids []string
+	for _, m := range msgs {
+		if m.State != "acked" {
+			ids = append(ids, m.ID)
+		}
+	}
+	return ids, nil
 }

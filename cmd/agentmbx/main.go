@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"regexp"
 	"syscall"
 )
 
@@ -43,9 +44,31 @@ func (e *usageError) Unwrap() error { return e.err }
 
 // printErr writes "agentmbx: <err>" and, for errors that carry one, a hint line.
 func printErr(w interface{ Write([]byte) (int, error) }, err error) {
-	fmt.Fprintf(w, "agentmbx: %v\n", err)
+	fmt.Fprintf(w, "agentmbx: %s\n", userMessage(err))
 	var h interface{ Hint() string }
 	if errors.As(err, &h) && h.Hint() != "" {
 		fmt.Fprintf(w, "hint: %s\n", h.Hint())
 	}
+}
+
+// pkgPrefix matches the name of one of this module's packages where an error message names the
+// package that made it ("host: relay set: ..."): at the start or after another part.
+var pkgPrefix = regexp.MustCompile(`(^|: )(host|relaylink|relayclient|client|outbox|mailstore|rotation|lan|pairing|inbox|quarantine|relayserver|sqlitestore|pgstore|boltjson|fsutil|mbx|control|api|card|peers|agents|ops|doctor): `)
+
+// doubleInvalid matches a package's invalid-input sentinel right after the host's.
+var doubleInvalid = regexp.MustCompile(`invalid input: invalid [a-z ]*input: `)
+
+// userMessage is an error as the person who ran the command reads it: what they did and what
+// went wrong, without the names of the Go packages the error passed through (which the error
+// chain keeps for the logs and for errors.Is).
+func userMessage(err error) string {
+	s := err.Error()
+	for {
+		t := pkgPrefix.ReplaceAllString(s, "$1")
+		if t == s {
+			break
+		}
+		s = t
+	}
+	return doubleInvalid.ReplaceAllString(s, "invalid input: ")
 }

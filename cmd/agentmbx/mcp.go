@@ -15,9 +15,6 @@ import (
 	"github.com/agentmbx/agentmbx/mcp"
 )
 
-// envAgent names the environment variable that gives `agentmbx mcp` its agent.
-const envAgent = "MBX_AGENT"
-
 func newMCPCmd() *cobra.Command {
 	var home, as string
 	cmd := &cobra.Command{
@@ -52,7 +49,7 @@ Register it with Claude Code:  claude mcp add agentmbx -- agentmbx mcp --as NAME
 		},
 	}
 	addHomeFlag(cmd, &home)
-	cmd.Flags().StringVar(&as, "as", "", "the local agent the tools act as (default $"+envAgent+")")
+	addAgentFlag(cmd, &as, "the local agent the tools act as", false)
 	return cmd
 }
 

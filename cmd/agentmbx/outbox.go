@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -118,7 +119,7 @@ func noRows(ctx context.Context, w io.Writer, c *conn, req api.OutboxRequest) er
 			return err
 		}
 		if n := len(ended.Rows) + ended.More; n > 0 {
-			_, err := fmt.Fprintf(w, "nothing waiting in the outbox; %d finished rows (--all lists them)\n", n)
+			_, err := fmt.Fprintf(w, "nothing waiting in the outbox; %s (--all lists them)\n", plural(n, "finished row", "finished rows"))
 			return err
 		}
 	}
@@ -129,7 +130,7 @@ func noRows(ctx context.Context, w io.Writer, c *conn, req api.OutboxRequest) er
 // moreRows says how many older rows a page left out.
 func moreRows(w io.Writer, more int) {
 	if more > 0 {
-		fmt.Fprintf(w, "%d older rows not shown (--limit N, --state S, --all)\n", more)
+		fmt.Fprintf(w, "%s not shown (--limit N, --state S, --all)\n", plural(more, "older row", "older rows"))
 	}
 }
 
@@ -141,15 +142,21 @@ func nonNilRows(rows []api.OutboxRow) []api.OutboxRow {
 }
 
 // outboxTable shows rows with WHY: for a waiting row why it waits, for a finished one why it
-// ended (LAST_ERROR, which the reason may make moot, is in --json). WHY is shown whole; a narrow
-// terminal loses NEXT_AT, TRANSPORT and ATTEMPTS first.
+// ended (LAST_ERROR, which the reason may make moot, is in --json). KIND tells a message's row
+// (envelope) from a delivery receipt's (receipt), which carries the id of the message it is for. WHY
+// is shown whole; a narrow terminal loses NEXT, TRANSPORT and ATTEMPTS first.
 func outboxTable(w io.Writer, rows []api.OutboxRow) error {
+	ids := make([]string, len(rows))
+	for i, r := range rows {
+		ids[i] = r.MsgID
+	}
+	short, now := shortIDs(ids), time.Now()
 	out := make([][]string, 0, len(rows))
 	for _, r := range rows {
-		out = append(out, []string{r.MsgID, r.Host, r.State, r.Transport, strconv.Itoa(r.Attempts), r.NextAt, why(r)})
+		out = append(out, []string{short[r.MsgID], r.Kind, r.Host, r.State, r.Transport, strconv.Itoa(r.Attempts), ago(r.NextAt, now), why(r)})
 	}
-	return tbl{header: []string{"MSG_ID", "HOST", "STATE", "TRANSPORT", "ATTEMPTS", "NEXT_AT", "WHY"}, rows: out, whole: 6,
-		spare: []int{5, 3, 4}}.write(w) // NEXT_AT (WHY says it), TRANSPORT, ATTEMPTS
+	return tbl{header: []string{"MSG_ID", "KIND", "HOST", "STATE", "TRANSPORT", "ATTEMPTS", "NEXT", "WHY"}, rows: out, whole: 7,
+		spare: []int{6, 4, 5}}.write(w) // NEXT (WHY says it), TRANSPORT, ATTEMPTS
 }
 
 // why is a row's WHY: the host's wait reason, the reason it ended, or its last error (from a

@@ -26,6 +26,7 @@ A message with no row that can be retried (unknown, delivered, or at the relay w
 receipt) is an error, and then nothing changes.`,
 		Example: `  agentmbx outbox retry --all
   agentmbx outbox retry 01JAAAAAAAAAAAAAAAAAAAAAAA`,
+		ValidArgsFunction: completeSentIDs(true),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if all == (len(args) > 0) {
 				return usageErr("e.g. `agentmbx outbox retry --all`", "name message ids or --all (not both)")
@@ -35,7 +36,11 @@ receipt) is an error, and then nothing changes.`,
 				if !ok {
 					return errors.New("this host cannot retry outbox rows")
 				}
-				res, err := svc.RetryOutbox(ctx, api.RetryRequest{IDs: args, All: all})
+				ids, err := fullIDs(ctx, c, args)
+				if err != nil {
+					return err
+				}
+				res, err := svc.RetryOutbox(ctx, api.RetryRequest{IDs: ids, All: all})
 				if err != nil {
 					return err
 				}

@@ -106,9 +106,10 @@ refused.`,
 
 func newPeersRemoveCmd(home *string) *cobra.Command {
 	return &cobra.Command{
-		Use:   "remove HOST",
-		Short: "Unpin a host: nothing more is sent to it or accepted from it",
-		Args:  cobra.ExactArgs(1),
+		Use:               "remove HOST",
+		ValidArgsFunction: completePeers,
+		Short:             "Unpin a host: nothing more is sent to it or accepted from it",
+		Args:              cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return withConn(cmd, *home, func(ctx context.Context, c *conn) error {
 				if err := c.RemovePeer(ctx, args[0]); err != nil {

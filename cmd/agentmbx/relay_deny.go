@@ -183,9 +183,9 @@ func newRelayDenyRemoveCmd() *cobra.Command {
 
 func newRelayDenyListCmd() *cobra.Command {
 	var f denyFlags
-	var all bool
+	var all, asJSON bool
 	cmd := &cobra.Command{
-		Use:   "list [--all] [--store-dir DIR | --db URL]",
+		Use:   "list [--all] [--json] [--store-dir DIR | --db URL]",
 		Short: "List the relay's deny list (active entries; --all shows ended ones too)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -200,10 +200,14 @@ func newRelayDenyListCmd() *cobra.Command {
 			if err != nil {
 				return fmt.Errorf("relay deny list: %w", err)
 			}
+			if asJSON {
+				return printJSON(cmd.OutOrStdout(), denyJSON(l, time.Now(), all))
+			}
 			return writeDenyList(cmd.OutOrStdout(), l, time.Now(), all)
 		},
 	}
 	cmd.Flags().BoolVar(&all, "all", false, "also the entries that have ended (they go when the next entry is added)")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the entries as a JSON array")
 	f.addStore(cmd)
 	return cmd
 }
@@ -225,4 +229,30 @@ func writeDenyList(out io.Writer, l []relayserver.DenyEntry, now time.Time, all 
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", d.Kind, d.Value, mbx.ISOTime(d.AddedAt), until, d.Note)
 	}
 	return tw.Flush()
+}
+
+// denyEntry is a deny-list entry as `relay deny list --json` prints it.
+type denyEntry struct {
+	Kind    string `json:"kind"`
+	Value   string `json:"value"`
+	AddedAt string `json:"added_at"`
+	Until   string `json:"until,omitempty"` // "" until removed
+	Active  bool   `json:"active"`
+	Note    string `json:"note,omitempty"`
+}
+
+// denyJSON is the list as JSON rows: the active entries, or with all every one.
+func denyJSON(l []relayserver.DenyEntry, now time.Time, all bool) []denyEntry {
+	out := []denyEntry{}
+	for _, d := range l {
+		if !all && !d.Active(now) {
+			continue
+		}
+		e := denyEntry{Kind: string(d.Kind), Value: d.Value, AddedAt: mbx.ISOTime(d.AddedAt), Active: d.Active(now), Note: d.Note}
+		if !d.Until.IsZero() {
+			e.Until = mbx.ISOTime(d.Until)
+		}
+		out = append(out, e)
+	}
+	return out
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/agentmbx/agentmbx/api"
+	"github.com/agentmbx/agentmbx/internal/shellquote"
 	"github.com/agentmbx/agentmbx/mbx"
 	"github.com/agentmbx/agentmbx/relayclient"
 )
@@ -35,7 +36,7 @@ func (c *conn) relay() api.RelayService {
 func newRelaySetCmd() *cobra.Command {
 	var (
 		home, key, caFile, tokenFile string
-		asJSON, allowV1              bool
+		asJSON, allowV1, allowHTTP   bool
 	)
 	cmd := &cobra.Command{
 		Use:   "set URL [--key FINGERPRINT | --allow-v1] [--ca FILE] [--token-file FILE]",
@@ -80,7 +81,7 @@ that the relay is unauthenticated, and says so when it starts answering v2, with
 				}
 			}
 			return withConn(cmd, home, func(ctx context.Context, c *conn) error {
-				st, err := c.relay().RelaySet(ctx, api.RelaySetRequest{URL: args[0], Key: key, CA: string(ca), TokenFile: tokenFile, AllowV1: allowV1})
+				st, err := c.relay().RelaySet(ctx, api.RelaySetRequest{URL: args[0], Key: key, CA: string(ca), TokenFile: tokenFile, AllowV1: allowV1, AllowHTTP: allowHTTP})
 				if err != nil {
 					return explainRelayErr(err)
 				}
@@ -121,6 +122,7 @@ that the relay is unauthenticated, and says so when it starts answering v2, with
 	cmd.Flags().StringVar(&tokenFile, "token-file", "", "enrol with the account token in this file (read at each enrolment; default $MBX_RELAY_TOKEN)")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the relay status as JSON")
 	cmd.Flags().BoolVar(&allowV1, "allow-v1", false, "accept a relay that speaks only the v1 API (no key: unauthenticated)")
+	cmd.Flags().BoolVar(&allowHTTP, "allow-http", false, "allow a plain http:// URL to a relay that is not on this machine")
 	return cmd
 }
 
@@ -169,7 +171,7 @@ relay use is stopped (the relay served another key, or refused the enrolment), w
 				if asJSON {
 					err = printJSON(cmd.OutOrStdout(), st)
 				} else {
-					err = printRelayStatus(cmd.OutOrStdout(), st)
+					err = printRelayStatus(cmd.OutOrStdout(), st, home)
 				}
 				if err == nil && relayBlocked(st) != "" {
 					return &exitStatus{code: 1, why: relayBlocked(st)}
@@ -183,7 +185,7 @@ relay use is stopped (the relay served another key, or refused the enrolment), w
 	return cmd
 }
 
-func printRelayStatus(w io.Writer, st api.RelayStatus) error {
+func printRelayStatus(w io.Writer, st api.RelayStatus, home string) error {
 	if !st.Configured {
 		_, err := fmt.Fprintf(w, "no relay set (pin one with `agentmbx relay set URL --key FINGERPRINT`)\nquarantined: %d\n", st.Quarantined)
 		return err
@@ -205,16 +207,20 @@ func printRelayStatus(w io.Writer, st api.RelayStatus) error {
 	switch enrolErr, failing := enrolRefusal(st), enrolFailing(st); {
 	case st.Stopped && st.KeyChange != nil:
 		line("state", fmt.Sprintf("STOPPED: the relay served key %s, not the pinned %s (at %s)", st.KeyChange.Served, st.KeyChange.Pinned, st.KeyChange.At))
-		line("fix", "if the relay really has a new key, confirm it: agentmbx relay set "+st.URL+" --key "+st.KeyChange.Served)
+		line("why", "if the relay really has a new key (ask its operator), confirm it")
+		line("fix", hostCommand(home, "relay", "set", st.URL, "--key", st.KeyChange.Served))
 	case enrolErr != "" && st.Token != nil:
 		line("state", "STOPPED: the relay refused the enrolment: "+enrolErr)
-		line("fix", "get a fresh account token into "+st.Token.Source+" for this host's key, then restart the daemon (agentmbx daemon)")
+		line("why", "get a fresh account token into "+st.Token.Source+" for this host's key, then restart the daemon")
+		line("fix", hostCommand(home, "daemon", "stop")+" && "+hostCommand(home, "daemon"))
 	case enrolErr != "":
 		line("state", "STOPPED: the relay refused the enrolment: "+enrolErr)
-		line("fix", "ask the relay's operator to admit this host's key, then restart the daemon (agentmbx daemon)")
+		line("why", "ask the relay's operator to admit this host's key, then restart the daemon")
+		line("fix", hostCommand(home, "daemon", "stop")+" && "+hostCommand(home, "daemon"))
 	case failing != "":
 		line("state", "waiting: the last enrolment failed and is retried: "+failing)
-		line("fix", "is the relay up and reachable? agentmbx relay info "+st.URL)
+		line("why", "is the relay up and reachable?")
+		line("fix", "agentmbx relay info "+shellquote.Quote(st.URL))
 	default:
 		line("state", "in use")
 	}
@@ -361,4 +367,13 @@ func tokenLine(t api.RelayToken) string {
 		s += ", expires " + t.Exp
 	}
 	return s
+}
+
+// hostCommand is an agentmbx command for a fix line, with the --home the command was given
+// ("" for none), so that it acts on the same home when pasted.
+func hostCommand(home string, words ...string) string {
+	if home != "" {
+		words = append(words, "--home", home)
+	}
+	return "agentmbx " + shellquote.Join(words...)
 }

@@ -42,8 +42,13 @@ func TestRelayStatusTellsRefusedFromTransient(t *testing.T) {
 			t.Errorf("%s: blocked = %v, want %v", tc.name, got, tc.blocked)
 		}
 		var out bytes.Buffer
-		if err := printRelayStatus(&out, st); err != nil {
+		if err := printRelayStatus(&out, st, "../my home"); err != nil {
 			t.Fatal(err)
+		}
+		for _, l := range strings.Split(out.String(), "\n") {
+			if fix, ok := strings.CutPrefix(l, "fix:"); ok {
+				checkFixLine(t, strings.TrimSpace(fix), "../my home")
+			}
 		}
 		if !strings.Contains(out.String(), "state:         "+tc.wantState) {
 			t.Errorf("%s: status printed\n%s\nwant state %q", tc.name, out.String(), tc.wantState)

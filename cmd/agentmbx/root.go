@@ -48,8 +48,9 @@ func newRootCmd() *cobra.Command {
 	root.AddCommand(newAgentsCmd(), newPeersCmd())
 	root.AddCommand(newPairCmd(), newJoinCmd())
 	root.AddCommand(newRelayCmd())
-	root.AddCommand(newDoctorCmd(), newDemoCmd())
+	root.AddCommand(newDoctorCmd(), newDemoCmd(), newManCmd())
 	setExamples(root)
+	applyConventions(root)
 	explainStates(root)
 	return root
 }

@@ -70,7 +70,7 @@ stderr; the mail is still sent (the peer creates that mailbox when it arrives).`
 	}
 	addHomeFlag(cmd, &home)
 	f := cmd.Flags()
-	f.StringVar(&as, "as", "", "the sending local agent (registered on first use)")
+	addAgentFlag(cmd, &as, "the sending local agent (registered on first use)", true)
 	f.StringSliceVar(&to, "to", nil, "recipients, comma separated or repeated")
 	f.StringVar(&subject, "subject", "", "subject line")
 	f.StringVar(&kind, "kind", "", "message, request, reply, status, decision, alert or task (default message)")
@@ -80,7 +80,6 @@ stderr; the mail is still sent (the peer creates that mailbox when it arrives).`
 	f.StringVar(&replyTo, "reply-to", "", "id of the message this one answers")
 	f.BoolVar(&needsReply, "needs-reply", false, "ask the recipients to reply")
 	f.BoolVar(&asJSON, "json", false, "print the id and where the message went as JSON")
-	cmd.MarkFlagRequired("as")
 	cmd.MarkFlagRequired("to")
 	return cmd
 }

@@ -20,10 +20,15 @@ func newSentCmd() *cobra.Command {
 		Long: `Show the delivery state of a message this host sent, per recipient: queued until the
 recipient's host confirms it, then delivered, notified, read and acked as signed receipts come
 back; and the outbox row of each remote host.`,
-		Args: cobra.ExactArgs(1),
+		Args:              cobra.ExactArgs(1),
+		ValidArgsFunction: completeSentIDs(false),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return withConn(cmd, home, func(ctx context.Context, c *conn) error {
-				s, err := c.Sent(ctx, args[0])
+				id, err := fullID(ctx, c, args[0])
+				if err != nil {
+					return err
+				}
+				s, err := c.Sent(ctx, id)
 				if err != nil {
 					return err
 				}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -31,14 +32,19 @@ func newThreadCmd() *cobra.Command {
 		Long: `Show the thread of a message (or a thread id), oldest first, with whole bodies. With --as,
 only that agent's mail in it (received and sent); without, all of this host's. Nothing is marked
 read.`,
-		Args: cobra.ExactArgs(1),
+		Args:              cobra.ExactArgs(1),
+		ValidArgsFunction: completeMailIDs(false),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return withConn(cmd, home, func(ctx context.Context, c *conn) error {
 				ms, err := mailOf(c)
 				if err != nil {
 					return err
 				}
-				t, err := ms.Thread(ctx, api.ThreadRequest{Agent: as, ID: args[0]})
+				id := args[0]
+				if full, err := fullID(ctx, c, id); err == nil {
+					id = full // else a thread id, which names no message
+				}
+				t, err := ms.Thread(ctx, api.ThreadRequest{Agent: as, ID: id})
 				if err != nil {
 					return err
 				}
@@ -50,7 +56,7 @@ read.`,
 		},
 	}
 	addHomeFlag(cmd, &home)
-	cmd.Flags().StringVar(&as, "as", "", "show only this local agent's mail in the thread")
+	addAgentFlag(cmd, &as, "show only this local agent's mail in the thread", false)
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the thread as JSON")
 	return cmd
 }
@@ -59,7 +65,7 @@ read.`,
 // control characters shown as text, as read does).
 func printThread(cmd *cobra.Command, t api.Thread) error {
 	w := cmd.OutOrStdout()
-	fmt.Fprintf(w, "thread %s: %d messages\n", t.Thread, len(t.Messages))
+	fmt.Fprintf(w, "thread %s: %s\n", t.Thread, plural(len(t.Messages), "message", "messages"))
 	if t.Earlier > 0 {
 		fmt.Fprintf(w, "(%d earlier messages not shown; --json shows the same)\n", t.Earlier)
 	}
@@ -100,18 +106,28 @@ without, all of this host's. It reads a word index, so it stays fast on large ma
 					return err
 				}
 				if asJSON {
-					return printJSON(cmd.OutOrStdout(), res)
+					// Like every listing: the rows as an array, the note about more on stderr.
+					if res.More {
+						fmt.Fprintln(cmd.ErrOrStderr(), moreMatches)
+					}
+					if res.Messages == nil {
+						res.Messages = []api.Message{}
+					}
+					return printJSON(cmd.OutOrStdout(), res.Messages)
 				}
 				return printSearch(cmd, res)
 			})
 		},
 	}
 	addHomeFlag(cmd, &home)
-	cmd.Flags().StringVar(&as, "as", "", "search only this local agent's mail")
+	addAgentFlag(cmd, &as, "search only this local agent's mail", false)
 	cmd.Flags().IntVar(&limit, "limit", api.DefaultPage, "show at most this many matches")
-	cmd.Flags().BoolVar(&asJSON, "json", false, "print the matches as JSON")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the matches as a JSON array")
 	return cmd
 }
+
+// moreMatches is the line that says a search left matches out.
+const moreMatches = "(more matches: raise --limit or add words)"
 
 func printSearch(cmd *cobra.Command, res api.SearchResult) error {
 	w := cmd.OutOrStdout()
@@ -119,15 +135,20 @@ func printSearch(cmd *cobra.Command, res api.SearchResult) error {
 		_, err := fmt.Fprintf(w, "no messages match %q\n", oneLineFull(res.Query))
 		return err
 	}
+	ids := make([]string, len(res.Messages))
+	for i, m := range res.Messages {
+		ids[i] = m.ID
+	}
+	short, now := shortIDs(ids), time.Now()
 	rows := make([][]string, 0, len(res.Messages))
 	for _, m := range res.Messages {
-		rows = append(rows, []string{m.ID, m.State, m.From, m.Subject, m.TS})
+		rows = append(rows, []string{short[m.ID], m.State, m.From, m.Subject, ago(m.TS, now)})
 	}
-	if err := table(w, []string{"ID", "STATE", "FROM", "SUBJECT", "TS"}, rows); err != nil {
+	if err := table(w, []string{"ID", "STATE", "FROM", "SUBJECT", "AGE"}, rows); err != nil {
 		return err
 	}
 	if res.More {
-		_, err := fmt.Fprintln(w, "(more matches: raise --limit or add words)")
+		_, err := fmt.Fprintln(w, moreMatches)
 		return err
 	}
 	return nil
@@ -144,7 +165,8 @@ func newReplyCmd() *cobra.Command {
 		Long: `Answer a message of the agent's: the reply goes to its sender (to its recipients when the
 agent sent it), in its thread, with reply-to set; the subject is "Re: " and the original's unless
 --subject is given. Like send, the id is printed once the reply is durable.`,
-		Args: cobra.ExactArgs(1),
+		Args:              cobra.ExactArgs(1),
+		ValidArgsFunction: completeMailIDs(false),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			body, err := bodyFromFlags(cmd, "reply", body, bodyFile)
 			if err != nil {
@@ -155,7 +177,11 @@ agent sent it), in its thread, with reply-to set; the subject is "Re: " and the 
 				if err != nil {
 					return err
 				}
-				res, err := ms.Reply(ctx, api.ReplyRequest{From: as, ID: args[0], Body: body, Subject: subject, Kind: kind})
+				id, err := fullID(ctx, c, args[0])
+				if err != nil {
+					return err
+				}
+				res, err := ms.Reply(ctx, api.ReplyRequest{From: as, ID: id, Body: body, Subject: subject, Kind: kind})
 				if err != nil {
 					return err
 				}
@@ -165,13 +191,12 @@ agent sent it), in its thread, with reply-to set; the subject is "Re: " and the 
 	}
 	addHomeFlag(cmd, &home)
 	f := cmd.Flags()
-	f.StringVar(&as, "as", "", "the local agent that received the message")
+	addAgentFlag(cmd, &as, "the local agent that received the message", true)
 	f.StringVarP(&body, "message", "m", "", "the body")
 	f.StringVar(&bodyFile, "body-file", "", "read the body from a file (- for standard input)")
 	f.StringVar(&subject, "subject", "", `subject line (default "Re: " and the original's)`)
 	f.StringVar(&kind, "kind", "", "message kind (default reply)")
 	f.BoolVar(&asJSON, "json", false, "print the id and where the reply went as JSON")
-	cmd.MarkFlagRequired("as")
 	return cmd
 }
 

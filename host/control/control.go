@@ -84,6 +84,7 @@ var routes = map[string]map[string]route{
 
 	"/v1/daemon":      {http.MethodGet: (*handler).daemonStatus},
 	"/v1/daemon/stop": {http.MethodPost: (*handler).daemonStop},
+	"/v1/resolve":     {http.MethodGet: (*handler).resolve},
 }
 
 func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {

@@ -33,3 +33,13 @@ func (h *handler) daemonStop(_ http.ResponseWriter, r *http.Request) (any, error
 	}
 	return ds.StopDaemon(r.Context())
 }
+
+func (h *handler) resolve(_ http.ResponseWriter, r *http.Request) (any, error) {
+	res, ok := h.svc.(api.IDResolver)
+	if !ok {
+		return nil, api.NewError(api.CodeNotFound, "this daemon does not resolve short message ids",
+			"give the whole id; the daemon may be of another version")
+	}
+	id, err := res.ResolveID(r.Context(), r.URL.Query().Get("prefix"))
+	return api.ResolveAnswer{ID: id}, err
+}

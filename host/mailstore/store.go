@@ -2,6 +2,7 @@ package mailstore
 
 import (
 	"context"
+	"strings"
 	"time"
 
 	"go.etcd.io/bbolt"
@@ -155,3 +156,13 @@ func prefix(a string) []byte { return append([]byte(a), 0) }
 func getJSON(b *bbolt.Bucket, k []byte, v any) (bool, error) { return boltjson.Get(b, k, v) }
 
 func putJSON(b *bbolt.Bucket, k []byte, v any) error { return boltjson.Put(b, k, v) }
+
+// MessageIDsTx returns up to max ids of stored messages that begin with idPrefix, in order.
+func MessageIDsTx(tx *bbolt.Tx, idPrefix string, max int) []string {
+	var out []string
+	c := tx.Bucket(bucketMessages).Cursor()
+	for k, _ := c.Seek([]byte(idPrefix)); k != nil && len(out) < max && strings.HasPrefix(string(k), idPrefix); k, _ = c.Next() {
+		out = append(out, string(k))
+	}
+	return out
+}
