@@ -80,6 +80,8 @@ type Metrics struct {
 	refusals       *prometheus.CounterVec
 	requests       *prometheus.CounterVec
 	requestSeconds *prometheus.HistogramVec
+	backups        *prometheus.CounterVec
+	backupLast     prometheus.Gauge
 
 	attachOnce sync.Once
 }
@@ -114,7 +116,24 @@ func NewMetrics(topN int) *Metrics {
 	m.requestSeconds = prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "agentmbx_relay_request_seconds",
 		Help: "Duration of HTTP requests by route (long polls included).", Buckets: prometheus.ExponentialBuckets(0.001, 4, 10)}, []string{"route"})
 	m.reg.MustRegister(m.requestSeconds)
+	m.backups = m.counterVec("backups_total", "Scheduled backups (relay serve --backup-dir) by result: ok or failed.", "result")
+	m.backupLast = prometheus.NewGauge(prometheus.GaugeOpts{Name: "agentmbx_relay_backup_last_success_timestamp_seconds",
+		Help: "Unix time of the last successful scheduled backup (0 when none is known)."})
+	m.reg.MustRegister(m.backupLast)
 	return m
+}
+
+// backupSucceeded records when the last successful scheduled backup was taken.
+func (m *Metrics) backupSucceeded(at time.Time) { m.backupLast.Set(float64(at.UnixMilli()) / 1000) }
+
+// backupResult counts one scheduled backup by its result.
+func (m *Metrics) backupResult(ok bool) {
+	okC, failC := m.backups.WithLabelValues("ok"), m.backups.WithLabelValues("failed") // both series from the first on
+	if ok {
+		okC.Inc()
+	} else {
+		failC.Inc()
+	}
 }
 
 func (m *Metrics) counter(name, help string) prometheus.Counter {

@@ -239,6 +239,23 @@ func (s *Server) handleReadyz(w http.ResponseWriter, r *http.Request) {
 	s.writeJSON(w, status, rd)
 }
 
+// RunHeartbeat writes the heartbeat every interval (mbx.RelayHeartbeat, 30 s, in Serve) until
+// ctx ends; a failed write is logged and the next tick tries again.
+func (s *Server) RunHeartbeat(ctx context.Context, every time.Duration) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			if err := s.Heartbeat(ctx); err != nil && ctx.Err() == nil {
+				s.log.Warn("heartbeat failed", logkey.Err, err)
+			}
+		}
+	}
+}
+
 // Heartbeat writes now as the store's heartbeat (docs/design.md: Epochs, restarts and restores)
 // and, when it committed, counts it for readiness. Serve calls it every ServeConfig.HeartbeatEvery;
 // a caller running the Server itself calls it every Options.HeartbeatEvery.

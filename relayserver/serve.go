@@ -63,6 +63,9 @@ type ServeConfig struct {
 	// private address), /healthz and /readyz. MetricsAddrFile receives its bound host:port.
 	MetricsListen   string
 	MetricsAddrFile string
+	// Backups, when set, takes online backups of the store on a schedule while the relay serves
+	// (RunBackups); its Logger, Clock and Metrics default to the relay's.
+	Backups *BackupSchedule
 }
 
 // Serve runs the relay until ctx is done, then shuts down gracefully: it stops accepting, lets
@@ -136,6 +139,7 @@ func Serve(ctx context.Context, cfg ServeConfig) (err error) {
 	if err := store.BindRelayKey(ctx, key.PublicKey()); err != nil {
 		return fmt.Errorf("relayserver: serve: %w", err)
 	}
+	logRestore(ctx, store, log)
 	if err := checkEpoch(ctx, store, opt.Clock(), log); err != nil {
 		return fmt.Errorf("relayserver: serve: %w", err)
 	}
@@ -189,21 +193,51 @@ func Serve(ctx context.Context, cfg ServeConfig) (err error) {
 	denyDone := make(chan struct{})
 	go func() { defer close(denyDone); srv.RunDenyWatch(denyCtx) }()
 	defer func() { stopDeny(); <-denyDone }()
-	tick := time.NewTicker(cfg.HeartbeatEvery)
-	defer tick.Stop()
-	for {
-		select {
-		case err := <-errc:
-			_ = hs.Close()
-			return fmt.Errorf("relayserver: serve: %w", err)
-		case <-tick.C:
-			if err := srv.Heartbeat(ctx); err != nil {
-				log.Warn("heartbeat failed", logkey.Err, err)
-			}
-		case <-ctx.Done():
-			return shutdown(hs, ms, srv, cfg.ShutdownTimeout, log)
+	if b := cfg.Backups; b != nil {
+		sched := *b
+		if sched.Logger == nil {
+			sched.Logger = log
 		}
+		if sched.Clock == nil {
+			sched.Clock = opt.Clock
+		}
+		if sched.Metrics == nil {
+			sched.Metrics = opt.Metrics
+		}
+		backupCtx, stopBackups := context.WithCancel(context.Background())
+		backupDone := make(chan struct{})
+		go func() {
+			defer close(backupDone)
+			if err := RunBackups(backupCtx, sched); err != nil {
+				log.Error("scheduled backups do not run", logkey.Err, err)
+			}
+		}()
+		defer func() { stopBackups(); <-backupDone }()
 	}
+	beatCtx, stopBeat := context.WithCancel(context.Background())
+	beatDone := make(chan struct{})
+	go func() { defer close(beatDone); srv.RunHeartbeat(beatCtx, cfg.HeartbeatEvery) }()
+	defer func() { stopBeat(); <-beatDone }()
+	select {
+	case err := <-errc:
+		_ = hs.Close()
+		return fmt.Errorf("relayserver: serve: %w", err)
+	case <-ctx.Done():
+		stopBeat() // the shutdown writes the last heartbeat
+		<-beatDone
+		return shutdown(hs, ms, srv, cfg.ShutdownTimeout, log)
+	}
+}
+
+// logRestore says at start that the store came up from a restore: the first start after one
+// (no heartbeat written since it was restored).
+func logRestore(ctx context.Context, store Store, log *slog.Logger) {
+	m, err := store.Meta(ctx)
+	if err != nil || m.RestoredAt.IsZero() || m.Heartbeat.After(m.RestoredAt) {
+		return
+	}
+	log.Warn("relay store came up from a restore: hosts re-push and re-pull what the backup lacked",
+		logkey.RestoredAt, m.RestoredAt, logkey.Backup, m.RestoredFrom, logkey.Epoch, m.Epoch)
 }
 
 // staleEpochRotator is a shared store's atomic form of the start-up epoch check (pgstore): it

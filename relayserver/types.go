@@ -148,6 +148,10 @@ type Meta struct {
 	SchemaVersion int
 	// Heartbeat is the last recorded heartbeat (zero when none).
 	Heartbeat time.Time
+	// RestoredAt and RestoredFrom say when the store was restored from a backup, and from which
+	// file (zero and "" when it never was).
+	RestoredAt   time.Time
+	RestoredFrom string
 }
 
 // Admission is what the relay checks before it inserts an item of a sender for a target

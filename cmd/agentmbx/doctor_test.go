@@ -162,7 +162,7 @@ func TestE2EDoctor(t *testing.T) {
 		t.Fatalf("doctor against another relay key: exit %d, ok %v", code, rep.OK)
 	}
 	c = wantCheck(t, rep, "relay.key", doctor.Fail, "serves key "+otherInfo.Fingerprint)
-	if want := "agentmbx relay set " + url + " --key " + otherInfo.Fingerprint; c.Fix != want {
+	if want := "agentmbx relay set " + url + " --key " + otherInfo.Fingerprint + " --home " + b.home; c.Fix != want {
 		t.Fatalf("relay.key fix = %q, want %q", c.Fix, want)
 	}
 	b.must("agents", "add", "bob")

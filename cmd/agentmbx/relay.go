@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -35,14 +36,16 @@ in the store, while the relay serves or not.`,
 		Args: cobra.NoArgs,
 	}
 	cmd.AddCommand(newRelayServeCmd(), newRelayKeygenCmd(), newRelayInfoCmd(),
-		newRelayBackupCmd(), newRelayRestoreCmd(), newRelayRotateEpochCmd(), newRelayBenchCmd())
+		newRelayBackupCmd(), newRelayBackupsCmd(), newRelayRestoreCmd(), newRelayRotateEpochCmd(), newRelayBenchCmd())
 	cmd.AddCommand(newRelayHealthcheckCmd(), newRelayDenyCmd())
 	cmd.AddCommand(relayHostCommands()...)
 	return cmd
 }
 
 func newRelayServeCmd() *cobra.Command {
-	var storeDir, db, listen, addrFile, trust, metricsListen, metricsAddrFile string
+	var storeDir, db, listen, addrFile, trust, metricsListen, metricsAddrFile, backupDir string
+	var backupEvery time.Duration
+	var backupKeep int
 	var lf logFlags
 	var tf relayTLSFlags
 	var lim limitFlags
@@ -90,7 +93,15 @@ its request id (X-Request-Id). SIGTERM drains: /readyz turns 503, parked long po
 listener stops accepting, requests in flight finish (10 s at most), then the store closes.
 
 $` + envRelayKeyFile + ` names a file holding the key (a Docker secret, a systemd credential), read
-when $` + relayserver.EnvRelayKey + ` is not set.`,
+when $` + relayserver.EnvRelayKey + ` is not set.
+
+Scheduled backups: --backup-dir DIR takes an online backup (as 'relay backup' does) into DIR
+every --backup-every (24h) while the relay serves, named relay-YYYYMMDDTHHMMSSZ.db, and keeps the
+newest --backup-keep (7). Each backup is logged; a failure is logged and retried (after a minute,
+doubling up to the interval) and never stops the relay. The last success is in the metrics
+(agentmbx_relay_backup_last_success_timestamp_seconds) and in DIR/last-backup.json, which
+'relay backups DIR' shows. A backup holds ciphertext and the relay's metadata, not the relay key;
+keep DIR private (it is made 0700, each file 0600).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			db = relayDB(db)
@@ -102,6 +113,22 @@ when $` + relayserver.EnvRelayKey + ` is not set.`,
 			}
 			if storeDir != "" && db != "" {
 				return usageErr("pass one of them", "relay serve: both --store-dir and --db")
+			}
+			var backups *relayserver.BackupSchedule
+			if backupDir != "" {
+				if db != "" {
+					return usageErr("back a PostgreSQL relay up with pg_dump (docs/relay.md)", "relay serve: --backup-dir with --db")
+				}
+				dir := storeDir
+				backups = &relayserver.BackupSchedule{Dir: backupDir, Every: backupEvery, Keep: backupKeep,
+					Take: func(ctx context.Context, dest string) (relayserver.Meta, error) {
+						return sqlitestore.Backup(ctx, dir, dest)
+					}}
+				if err := backups.Check(); err != nil || backupKeep == 0 {
+					return usageErr(fmt.Sprintf("--backup-every at least %s, --backup-keep at least 1", relayserver.MinBackupEvery), "relay serve: bad backup schedule: %v", err)
+				}
+			} else if cmd.Flags().Changed("backup-every") || cmd.Flags().Changed("backup-keep") {
+				return usageErr("give the directory with --backup-dir DIR", "relay serve: a backup schedule without --backup-dir")
 			}
 			if trust == "" {
 				trust = os.Getenv(relayserver.EnvRelayTrustProxy)
@@ -155,6 +182,7 @@ when $` + relayserver.EnvRelayKey + ` is not set.`,
 				Options:         opts,
 				MetricsListen:   metricsListen,
 				MetricsAddrFile: metricsAddrFile,
+				Backups:         backups,
 			})
 			switch {
 			case errors.Is(err, relayserver.ErrLocked):
@@ -177,6 +205,9 @@ when $` + relayserver.EnvRelayKey + ` is not set.`,
 	af.add(cmd)
 	cmd.Flags().StringVar(&metricsListen, "metrics-listen", "", "serve /metrics, /healthz and /readyz on this private address (default: off)")
 	cmd.Flags().StringVar(&metricsAddrFile, "metrics-addr-file", "", "write the metrics listener's bound host:port to this file")
+	cmd.Flags().StringVar(&backupDir, "backup-dir", "", "take scheduled online backups into this directory (default: none)")
+	cmd.Flags().DurationVar(&backupEvery, "backup-every", relayserver.DefaultBackupEvery, "how often to take a scheduled backup")
+	cmd.Flags().IntVar(&backupKeep, "backup-keep", relayserver.DefaultBackupKeep, "how many of the newest scheduled backups to keep")
 	addLogFlags(cmd, &lf)
 	return cmd
 }

@@ -63,7 +63,10 @@ const (
 
 // Attribute keys of the relay and its stores.
 const (
-	Backup             = "backup"               // the backup file a store was restored from
+	Backup             = "backup"               // a backup file (taken, or a store was restored from)
+	Deleted            = "deleted"              // how many old backups were deleted
+	NextIn             = "next_in"              // when the next scheduled attempt is
+	RestoredAt         = "restored_at"          // when a store was restored
 	Ballast            = "ballast"              // the size of a store's reserve file
 	DenyEntry          = "entry"                // a deny-list entry
 	By                 = "by"                   // the enrolment authority that decided

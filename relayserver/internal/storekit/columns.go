@@ -97,6 +97,12 @@ func ScanMeta(rows Rows) (relayserver.Meta, error) {
 			if ms, err := strconv.ParseInt(v, 10, 64); err == nil {
 				m.Heartbeat = time.UnixMilli(ms).UTC()
 			}
+		case "restored_at":
+			if ms, err := strconv.ParseInt(v, 10, 64); err == nil {
+				m.RestoredAt = time.UnixMilli(ms).UTC()
+			}
+		case "restored_from":
+			m.RestoredFrom = v
 		}
 	}
 	return m, rows.Err()
