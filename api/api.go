@@ -33,6 +33,8 @@
 //	POST /v1/pair/confirm  PairConfirmRequest     → Peer (waits for the other side)
 //	POST /v1/pair/cancel                          → {}
 //
+// The quarantine actions (release, purge; quarantine.go) are served for a service that also
+// implements QuarantineService.
 // The daemon routes (its status, and stopping it; daemon.go) are served for a service that also
 // implements DaemonService.
 // The outbox routes (retry and pages; outbox.go) are served for a service that also implements
@@ -395,6 +397,8 @@ func (p RelayProblem) Refused() bool { return p.Kind == RelayRefused }
 
 // QuarantineItem is one relay item this host rejected, kept with its wire bytes.
 type QuarantineItem struct {
+	// ID names the entry (hex; `relay quarantine release` takes it or a unique prefix of it).
+	ID     string `json:"id"`
 	Relay  string `json:"relay"`
 	Epoch  string `json:"epoch"`
 	Seq    int64  `json:"seq"`

@@ -37,3 +37,17 @@ func (c *Client) RelayQuarantine(ctx context.Context) ([]api.QuarantineItem, err
 
 // Client implements api.RelayService over the control socket.
 var _ api.RelayService = (*Client)(nil)
+
+var _ api.QuarantineService = (*Client)(nil)
+
+// ReleaseQuarantined processes a quarantined item again (POST /v1/relay/quarantine/release).
+func (c *Client) ReleaseQuarantined(ctx context.Context, req api.QuarantineReleaseRequest) (api.QuarantineRelease, error) {
+	var out api.QuarantineRelease
+	return out, c.do(ctx, http.MethodPost, "/v1/relay/quarantine/release", nil, req, &out)
+}
+
+// PurgeQuarantined deletes old quarantined items (POST /v1/relay/quarantine/purge).
+func (c *Client) PurgeQuarantined(ctx context.Context, req api.QuarantinePurgeRequest) (api.QuarantinePurge, error) {
+	var out api.QuarantinePurge
+	return out, c.do(ctx, http.MethodPost, "/v1/relay/quarantine/purge", nil, req, &out)
+}

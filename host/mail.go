@@ -22,6 +22,7 @@ type Service interface {
 	api.CardIssuer
 	api.EventService
 	api.DaemonService
+	api.QuarantineService
 	api.IDResolver
 }
 

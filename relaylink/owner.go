@@ -247,7 +247,7 @@ func (l *Link) RelayQuarantine(ctx context.Context) ([]api.QuarantineItem, error
 		}
 		out = make([]api.QuarantineItem, 0, len(es))
 		for _, e := range es {
-			it := api.QuarantineItem{Relay: e.Relay, Epoch: e.Epoch, Seq: e.Seq, ItemID: e.ItemID, Kind: e.Kind,
+			it := api.QuarantineItem{ID: e.ID, Relay: e.Relay, Epoch: e.Epoch, Seq: e.Seq, ItemID: e.ItemID, Kind: e.Kind,
 				Sender: e.Sender, Cause: e.Cause.String(), Reason: e.Reason, Bytes: e.Bytes, At: isoOrEmpty(e.At)}
 			if p, ok := peerWithKey(peers, e.Sender); ok {
 				it.Host = p.Host

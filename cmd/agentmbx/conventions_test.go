@@ -353,3 +353,27 @@ func TestManPages(t *testing.T) {
 		t.Error("the hidden gen-man command got a page")
 	}
 }
+
+// TestQuarantineActionsCLI: the command line of relay quarantine release and purge (their work
+// is tested in package host): errors, usage errors and the --json shapes.
+func TestQuarantineActionsCLI(t *testing.T) {
+	home := filepath.Join(t.TempDir(), "h")
+	if err := host.Init(home, host.InitOptions{Host: "desk"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, errOut, code := runCLI(t, "relay", "quarantine", "release", "deadbeef00", "--home", home); code != 1 || !strings.Contains(errOut, "no quarantined item has an id beginning deadbeef00") {
+		t.Errorf("release of an unknown id: exit %d %q", code, errOut)
+	}
+	if _, errOut, code := runCLI(t, "relay", "quarantine", "purge", "--home", home); code != 2 || !strings.Contains(errOut, "--older-than is required") {
+		t.Errorf("purge without --older-than: exit %d %q", code, errOut)
+	}
+	if _, _, code := runCLI(t, "relay", "quarantine", "purge", "--older-than", "5s", "--home", home); code != 2 {
+		t.Errorf("purge --older-than 5s: exit %d, want 2", code)
+	}
+	if out, errOut, code := runCLI(t, "relay", "quarantine", "purge", "--older-than", "720h", "--json", "--home", home); code != 0 || strings.TrimSpace(out) != "[]" {
+		t.Errorf("purge --json: exit %d %q %q", code, out, errOut)
+	}
+	if out, _, code := runCLI(t, "relay", "quarantine", "purge", "--older-than", "720h", "--home", home); code != 0 || out != "purged 0 items held longer than 720h0m0s\n" {
+		t.Errorf("purge: exit %d %q", code, out)
+	}
+}

@@ -3,6 +3,8 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/xml"
 	"fmt"
 	"io"
@@ -20,11 +22,41 @@ import (
 	"github.com/agentmbx/agentmbx/host"
 )
 
-// unitName and launchdLabel name the daemon's service.
+// unitName and launchdLabel name the daemon's service for the default host home; another home's
+// service carries the home's name and a hash of its path (serviceNames), so that two homes on one
+// machine get two services.
 const (
 	unitName     = "agentmbx.service"
 	launchdLabel = "com.agentmbx.daemon"
 )
+
+// serviceNames are the systemd unit and the launchd label of the daemon of home: the plain
+// names for the default home (defaultHome), else with "-NAME-HASH" added, NAME the home's last
+// path element made safe and HASH 8 hex characters of the SHA-256 of its absolute path.
+func serviceNames(home, defaultHome string) (unit, label string) {
+	if filepath.Clean(home) == filepath.Clean(defaultHome) {
+		return unitName, launchdLabel
+	}
+	sum := sha256.Sum256([]byte(filepath.Clean(home)))
+	name := strings.Map(func(r rune) rune {
+		if r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '-' {
+			return r
+		}
+		if r >= 'A' && r <= 'Z' {
+			return r + 'a' - 'A'
+		}
+		return '-'
+	}, filepath.Base(home))
+	name = strings.Trim(name, "-")
+	if len(name) > 32 {
+		name = name[:32]
+	}
+	suffix := hex.EncodeToString(sum[:4])
+	if name != "" {
+		suffix = name + "-" + suffix
+	}
+	return "agentmbx-" + suffix + ".service", launchdLabel + "." + suffix
+}
 
 // serviceSpec is what a daemon service file says.
 type serviceSpec struct {
@@ -36,6 +68,24 @@ type serviceSpec struct {
 	Account string
 	// LogFile is where launchd sends the daemon's standard error.
 	LogFile string
+	// Unit and Label name the service (serviceNames); empty: unitName and launchdLabel.
+	Unit, Label string
+}
+
+// UnitName is the systemd unit's file name.
+func (s serviceSpec) UnitName() string {
+	if s.Unit == "" {
+		return unitName
+	}
+	return s.Unit
+}
+
+// LabelName is the launchd job's label.
+func (s serviceSpec) LabelName() string {
+	if s.Label == "" {
+		return launchdLabel
+	}
+	return s.Label
 }
 
 // installPlan is what `daemon install` does: write Content to Path, then run Commands.
@@ -49,7 +99,7 @@ type installPlan struct {
 // unit runs as Account and may write only the host home.
 var systemdUnit = template.Must(template.New("unit").Funcs(template.FuncMap{"sd": systemdArg}).Parse(`# agentmbx host daemon{{if .User}}, a systemd user unit{{else}}, a systemd system unit{{end}}.
 # Written by 'agentmbx daemon install{{if .User}} --user{{end}}'{{if .User}}; 'loginctl enable-linger' keeps it running
-# without a login session{{end}}. Logs: journalctl {{if .User}}--user {{end}}-u agentmbx.
+# without a login session{{end}}. Logs: journalctl {{if .User}}--user {{end}}-u {{.UnitName}}.
 [Unit]
 Description=agentmbx host daemon (mail between AI agents)
 Documentation=https://github.com/agentmbx/agentmbx#readme
@@ -90,7 +140,7 @@ var launchdPlist = template.Must(template.New("plist").Funcs(template.FuncMap{"x
 <plist version="1.0">
 <dict>
 	<key>Label</key>
-	<string>` + launchdLabel + `</string>
+	<string>{{x .LabelName}}</string>
 	<key>ProgramArguments</key>
 	<array>
 		<string>{{x .Bin}}</string>
@@ -157,26 +207,26 @@ func plan(spec serviceSpec, userHome, dir string, uid int) (installPlan, error) 
 		if err := systemdUnit.Execute(&buf, spec); err != nil {
 			return p, err
 		}
-		p.Path = filepath.Join("/etc/systemd/system", unitName)
+		p.Path = filepath.Join("/etc/systemd/system", spec.UnitName())
 		sc := []string{"systemctl"}
 		if spec.User {
-			p.Path = filepath.Join(userHome, ".config/systemd/user", unitName)
+			p.Path = filepath.Join(userHome, ".config/systemd/user", spec.UnitName())
 			sc = append(sc, "--user")
 		}
 		p.Commands = [][]string{append(append([]string{}, sc...), "daemon-reload"),
-			append(append([]string{}, sc...), "enable", "--now", unitName)}
+			append(append([]string{}, sc...), "enable", "--now", spec.UnitName())}
 	case "darwin":
 		if err := launchdPlist.Execute(&buf, spec); err != nil {
 			return p, err
 		}
 		domain := "system"
-		p.Path = filepath.Join("/Library/LaunchDaemons", launchdLabel+".plist")
+		p.Path = filepath.Join("/Library/LaunchDaemons", spec.LabelName()+".plist")
 		if spec.User {
 			domain = "gui/" + strconv.Itoa(uid)
-			p.Path = filepath.Join(userHome, "Library/LaunchAgents", launchdLabel+".plist")
+			p.Path = filepath.Join(userHome, "Library/LaunchAgents", spec.LabelName()+".plist")
 		}
 		p.Commands = [][]string{{"launchctl", "bootstrap", domain, p.Path},
-			{"launchctl", "enable", domain + "/" + launchdLabel}}
+			{"launchctl", "enable", domain + "/" + spec.LabelName()}}
 	default:
 		return p, usageErr("daemon install knows linux (systemd) and darwin (launchd)", "daemon install: no service manager for %s", spec.OS)
 	}
@@ -198,11 +248,15 @@ func newDaemonInstallCmd() *cobra.Command {
 		Short: "Install the daemon as a service that starts at boot or login (systemd, launchd)",
 		Long: `Write the daemon's service file for this system and enable it, printing what it did.
 
-Linux: a systemd unit, agentmbx.service; with --user a user unit in ~/.config/systemd/user, run by
+The service is named for the home: agentmbx.service (com.agentmbx.daemon on macOS) for the
+default home, agentmbx-NAME-HASH.service (com.agentmbx.daemon.NAME-HASH) for any other, NAME the
+home's directory name and HASH 8 hex characters of its path, so two homes on one machine get two
+services.
+
+Linux: a systemd unit; with --user a user unit in ~/.config/systemd/user, run by
 'systemctl --user enable --now' (run 'loginctl enable-linger $USER' to keep it running while you
 are logged out); without --user a system unit in /etc/systemd/system that runs the daemon as you
-(needs root), hardened: it may write only the host home. macOS: a launchd job,
-com.agentmbx.daemon; with --user a LaunchAgent in ~/Library/LaunchAgents, else a LaunchDaemon in
+(needs root), hardened: it may write only the host home. macOS: a launchd job; with --user a LaunchAgent in ~/Library/LaunchAgents, else a LaunchDaemon in
 /Library/LaunchDaemons (needs root), loaded with 'launchctl bootstrap'.
 
 The service runs this binary (or --bin) with this host home (--home, $MBX_HOME or the default)
@@ -257,6 +311,7 @@ func installSpec(home, bin, goos string, asUser bool) (serviceSpec, string, int,
 	}
 	spec.Account = u.Username
 	spec.LogFile = filepath.Join(spec.Home, "daemon.log")
+	spec.Unit, spec.Label = serviceNames(spec.Home, filepath.Join(u.HomeDir, ".local", "share", "agentmbx"))
 	uid, _ := strconv.Atoi(u.Uid)
 	return spec, u.HomeDir, uid, nil
 }

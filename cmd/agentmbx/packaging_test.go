@@ -190,7 +190,8 @@ func TestDaemonInstall(t *testing.T) {
 	if err != nil {
 		t.Fatalf("daemon install --dir: %v\n%s", err, out)
 	}
-	b, err := os.ReadFile(filepath.Join(dir, unitName))
+	unit, _ := serviceNames(home, "/nonexistent/default")
+	b, err := os.ReadFile(filepath.Join(dir, unit))
 	if err != nil {
 		t.Fatalf("no unit in --dir: %v\n%s", err, out)
 	}
@@ -198,7 +199,7 @@ func TestDaemonInstall(t *testing.T) {
 		!strings.Contains(string(b), "WantedBy=default.target") {
 		t.Fatalf("unit:\n%s", b)
 	}
-	if !strings.Contains(out, "wrote "+filepath.Join(dir, unitName)) || !strings.Contains(out, "ran nothing") {
+	if !strings.Contains(out, "wrote "+filepath.Join(dir, unit)) || !strings.Contains(out, "ran nothing") {
 		t.Fatalf("install said:\n%s", out)
 	}
 
@@ -206,8 +207,8 @@ func TestDaemonInstall(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"would write /etc/systemd/system/agentmbx.service:", "ReadWritePaths=" + home,
-		"ProtectSystem=strict", "would run: systemctl daemon-reload", "would run: systemctl enable --now agentmbx.service"} {
+	for _, want := range []string{"would write /etc/systemd/system/" + unit + ":", "ReadWritePaths=" + home,
+		"ProtectSystem=strict", "would run: systemctl daemon-reload", "would run: systemctl enable --now " + unit} {
 		if !strings.Contains(out, want) {
 			t.Errorf("dry run lacks %q:\n%s", want, out)
 		}
@@ -313,5 +314,37 @@ func TestCompletions(t *testing.T) {
 		if err != nil || !strings.Contains(out, want) {
 			t.Errorf("completion %s: %v, lacks %q", shell, err, want)
 		}
+	}
+}
+
+// TestServiceNamesPerHome: the default home's service keeps the plain names; two other homes get
+// two names, each with the home's directory name and a hash of its path, stable across calls.
+func TestServiceNamesPerHome(t *testing.T) {
+	def := "/home/u/.local/share/agentmbx"
+	if u, l := serviceNames(def, def); u != unitName || l != launchdLabel {
+		t.Errorf("default home: %s %s", u, l)
+	}
+	u1, l1 := serviceNames("/home/u/work", def)
+	u2, l2 := serviceNames("/srv/other/work", def)
+	u3, _ := serviceNames("/home/u/Wörk Home!", def)
+	if u1 == u2 || l1 == l2 || !strings.HasPrefix(u1, "agentmbx-work-") || !strings.HasSuffix(u1, ".service") ||
+		!strings.HasPrefix(l1, launchdLabel+".work-") || len(u1) != len("agentmbx-work-12345678.service") {
+		t.Errorf("names: %s %s, %s %s", u1, l1, u2, l2)
+	}
+	if again, _ := serviceNames("/home/u/work/", def); again != u1 {
+		t.Errorf("the same home named twice: %s, %s", u1, again)
+	}
+	if !regexp.MustCompile(`^agentmbx-[a-z0-9-]+-[0-9a-f]{8}\.service$`).MatchString(u3) {
+		t.Errorf("awkward home name: %s", u3)
+	}
+	// Two homes installed side by side write two files and enable two units.
+	dir := t.TempDir()
+	for _, h := range []string{filepath.Join(t.TempDir(), "a"), filepath.Join(t.TempDir(), "b")} {
+		if out, err := runMain(t, "daemon", "install", "--user", "--os", "linux", "--dir", dir, "--home", h, "--bin", "/opt/agentmbx"); err != nil {
+			t.Fatalf("%v\n%s", err, out)
+		}
+	}
+	if ents, _ := os.ReadDir(dir); len(ents) != 2 {
+		t.Fatalf("two homes wrote %d unit files", len(ents))
 	}
 }

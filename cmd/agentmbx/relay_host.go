@@ -5,11 +5,13 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -315,7 +317,9 @@ func newRelayQuarantineCmd() *cobra.Command {
 		Short: "List the relay items this host refused (kept, never dropped)",
 		Long: `List the items pulled from the relay that this host could not take: from a host it has not
 paired with, badly signed, undecryptable, malformed. They are kept with their exact bytes. Items
-from a host that was not yet paired are taken as soon as it is.`,
+from a host that was not yet paired are taken as soon as it is. 'relay quarantine release ID'
+processes one again once its cause is fixed; 'relay quarantine purge --older-than D' deletes old
+ones.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return withConn(cmd, home, func(ctx context.Context, c *conn) error {
@@ -333,21 +337,116 @@ from a host that was not yet paired are taken as soon as it is.`,
 					_, err := fmt.Fprintln(cmd.OutOrStdout(), "nothing quarantined")
 					return err
 				}
-				rows := make([][]string, 0, len(items))
-				for _, it := range items {
-					sender := it.Host
-					if sender == "" && mbx.ValidPublicKey(it.Sender) {
-						sender = mbx.Fingerprint(it.Sender)
-					}
-					rows = append(rows, []string{it.At, strconv.FormatInt(it.Seq, 10), it.Kind, it.ItemID, sender,
-						it.Cause, strings.TrimSpace(it.Reason), it.Relay, it.Epoch})
-				}
-				return table(cmd.OutOrStdout(), []string{"AT", "SEQ", "KIND", "ITEM", "SENDER", "CAUSE", "REASON", "RELAY", "EPOCH"}, rows)
+				return quarantineTable(cmd.OutOrStdout(), items)
 			})
 		},
 	}
 	addHomeFlag(cmd, &home)
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the items as a JSON array")
+	cmd.AddCommand(newRelayQuarantineReleaseCmd(&home), newRelayQuarantinePurgeCmd(&home))
+	return cmd
+}
+
+// quarantineTable shows quarantined items, each by the first 12 characters of its id.
+func quarantineTable(w io.Writer, items []api.QuarantineItem) error {
+	now := time.Now()
+	rows := make([][]string, 0, len(items))
+	for _, it := range items {
+		sender := it.Host
+		if sender == "" && mbx.ValidPublicKey(it.Sender) {
+			sender = mbx.Fingerprint(it.Sender)
+		}
+		rows = append(rows, []string{it.ID[:min(12, len(it.ID))], ago(it.At, now), strconv.FormatInt(it.Seq, 10), it.Kind, it.ItemID, sender,
+			it.Cause, strings.TrimSpace(it.Reason), it.Relay, it.Epoch})
+	}
+	return table(w, []string{"ID", "AGE", "SEQ", "KIND", "ITEM", "SENDER", "CAUSE", "REASON", "RELAY", "EPOCH"}, rows)
+}
+
+// quarantineOf is the host's quarantine actions.
+func quarantineOf(c *conn) (api.QuarantineService, error) {
+	qs, ok := c.Service.(api.QuarantineService)
+	if !ok {
+		return nil, errors.New("this daemon cannot release or purge quarantined items; compare `agentmbx version` with the daemon's")
+	}
+	return qs, nil
+}
+
+func newRelayQuarantineReleaseCmd(home *string) *cobra.Command {
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "release ID [--json]",
+		Short: "Process a quarantined relay item again, once its cause is fixed",
+		Long: `Process one quarantined item again (ID as 'relay quarantine' shows it, or any unique prefix of
+at least 8 characters), as if it had just been pulled: once its cause is fixed (its sender is
+paired now, say), it is taken and leaves the quarantine; refused again, it stays with the new
+reason. Nothing is lost either way. It is logged. --json prints {item, accepted}.`,
+		Example: `  agentmbx relay quarantine release 3f9a0c27b1d4`,
+		Args:    cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return withConn(cmd, *home, func(ctx context.Context, c *conn) error {
+				qs, err := quarantineOf(c)
+				if err != nil {
+					return err
+				}
+				res, err := qs.ReleaseQuarantined(ctx, api.QuarantineReleaseRequest{ID: args[0]})
+				if err != nil {
+					return err
+				}
+				if asJSON {
+					return printJSON(cmd.OutOrStdout(), res)
+				}
+				if res.Accepted {
+					_, err = fmt.Fprintf(cmd.OutOrStdout(), "released %s: item %s was taken\n", res.Item.ID, res.Item.ItemID)
+					return err
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "item %s was refused again and stays quarantined: %s\n", res.Item.ItemID, res.Item.Reason)
+				return &exitStatus{code: 1, why: "refused again"}
+			})
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print {item, accepted}")
+	return cmd
+}
+
+func newRelayQuarantinePurgeCmd(home *string) *cobra.Command {
+	var (
+		olderThan time.Duration
+		asJSON    bool
+	)
+	cmd := &cobra.Command{
+		Use:   "purge --older-than DURATION [--json]",
+		Short: "Delete the quarantined relay items held longer than DURATION",
+		Long: `Delete the quarantined items first held more than DURATION ago (at least 1m; like 720h for
+30 days). They are gone for good: look at them with 'relay quarantine --json' first. It is logged.
+--json prints the deleted items as a JSON array.`,
+		Example: `  agentmbx relay quarantine purge --older-than 720h`,
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if !cmd.Flags().Changed("older-than") {
+				return usageErr("e.g. --older-than 720h (30 days)", "relay quarantine purge: --older-than is required")
+			}
+			if olderThan < time.Minute {
+				return usageErr("give at least 1m", "relay quarantine purge: --older-than %s", olderThan)
+			}
+			return withConn(cmd, *home, func(ctx context.Context, c *conn) error {
+				qs, err := quarantineOf(c)
+				if err != nil {
+					return err
+				}
+				res, err := qs.PurgeQuarantined(ctx, api.QuarantinePurgeRequest{OlderThan: olderThan})
+				if err != nil {
+					return err
+				}
+				if asJSON {
+					return printJSON(cmd.OutOrStdout(), res.Purged)
+				}
+				_, err = fmt.Fprintf(cmd.OutOrStdout(), "purged %s held longer than %s\n", plural(len(res.Purged), "item", "items"), olderThan)
+				return err
+			})
+		},
+	}
+	cmd.Flags().DurationVar(&olderThan, "older-than", 0, "delete items held longer than this (at least 1m)")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the deleted items as a JSON array")
 	return cmd
 }
 

@@ -82,6 +82,9 @@ var routes = map[string]map[string]route{
 	"/v1/relay/unset":      {http.MethodPost: (*handler).relayUnset},
 	"/v1/relay/quarantine": {http.MethodGet: (*handler).relayQuarantine},
 
+	"/v1/relay/quarantine/release": {http.MethodPost: (*handler).quarantineRelease},
+	"/v1/relay/quarantine/purge":   {http.MethodPost: (*handler).quarantinePurge},
+
 	"/v1/daemon":      {http.MethodGet: (*handler).daemonStatus},
 	"/v1/daemon/stop": {http.MethodPost: (*handler).daemonStop},
 	"/v1/resolve":     {http.MethodGet: (*handler).resolve},

@@ -71,3 +71,31 @@ func (h *handler) relayQuarantine(_ http.ResponseWriter, r *http.Request) (any, 
 	items, err := rs.RelayQuarantine(r.Context())
 	return nonNil(items), err
 }
+
+// errNoQuarantine answers the quarantine actions of a handler whose service has none.
+var errNoQuarantine = api.NewError(api.CodeNotFound, "this daemon cannot release or purge quarantined items",
+	"the daemon may be of another version; compare `agentmbx version` with the daemon's")
+
+func (h *handler) quarantineRelease(w http.ResponseWriter, r *http.Request) (any, error) {
+	qs, ok := h.svc.(api.QuarantineService)
+	if !ok {
+		return nil, errNoQuarantine
+	}
+	var req api.QuarantineReleaseRequest
+	if err := decode(w, r, MaxRequestBody, &req); err != nil {
+		return nil, err
+	}
+	return qs.ReleaseQuarantined(r.Context(), req)
+}
+
+func (h *handler) quarantinePurge(w http.ResponseWriter, r *http.Request) (any, error) {
+	qs, ok := h.svc.(api.QuarantineService)
+	if !ok {
+		return nil, errNoQuarantine
+	}
+	var req api.QuarantinePurgeRequest
+	if err := decode(w, r, MaxRequestBody, &req); err != nil {
+		return nil, err
+	}
+	return qs.PurgeQuarantined(r.Context(), req)
+}

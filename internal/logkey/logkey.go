@@ -65,6 +65,9 @@ const (
 const (
 	Backup             = "backup"               // a backup file (taken, or a store was restored from)
 	Deleted            = "deleted"              // how many old backups were deleted
+	Entry              = "entry_id"             // a quarantine entry's id
+	Purged             = "purged"               // how many entries a purge deleted
+	Before             = "before"               // the time a purge cut at
 	NextIn             = "next_in"              // when the next scheduled attempt is
 	RestoredAt         = "restored_at"          // when a store was restored
 	Ballast            = "ballast"              // the size of a store's reserve file
