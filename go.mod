@@ -3,6 +3,7 @@ module github.com/agentmbx/agentmbx
 go 1.26.0
 
 require (
+	github.com/BurntSushi/toml v1.6.0
 	github.com/MicahParks/jwkset v0.11.4
 	github.com/MicahParks/keyfunc/v3 v3.9.2
 	github.com/cenkalti/backoff/v4 v4.3.0
