@@ -146,7 +146,7 @@ func (w *world) setUp(topo []soak.Host) error {
 		h := sh.h
 		var err error
 		w.run(sh.name, "relay-set", func(ctx context.Context) string {
-			_, err = h.Relay().RelaySet(ctx, api.RelaySetRequest{URL: relayURL, Key: fp})
+			_, err = h.Relay().RelaySet(ctx, api.RelaySetRequest{URL: relayURL, Key: fp, AllowHTTP: true})
 			return errNote(err)
 		})
 		if err != nil {

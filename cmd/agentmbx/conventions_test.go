@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -375,5 +376,21 @@ func TestQuarantineActionsCLI(t *testing.T) {
 	}
 	if out, _, code := runCLI(t, "relay", "quarantine", "purge", "--older-than", "720h", "--home", home); code != 0 || out != "purged 0 items held longer than 720h0m0s\n" {
 		t.Errorf("purge: exit %d %q", code, out)
+	}
+}
+
+// TestUserMessage: errors are shown without the Go packages they passed through, but with the
+// command the user ran, and one invalid-input word.
+func TestUserMessage(t *testing.T) {
+	for in, want := range map[string]string{
+		"host: relay set: invalid input: invalid relay client input: relay URL \"x\" has no scheme": "relay set: invalid input: relay URL \"x\" has no scheme",
+		"host: sent: message X: not found":                                 "sent: message X: not found",
+		"outbox: bad --limit 501":                                          "outbox: bad --limit 501",
+		"inbox: pull: relayclient: pull: relay unreachable: refused":       "inbox: pull: pull: relay unreachable: refused",
+		"client: dial /x/agentmbx.sock: sqlitestore: open: disk I/O error": "dial /x/agentmbx.sock: open: disk I/O error",
+	} {
+		if got := userMessage(errors.New(in)); got != want {
+			t.Errorf("userMessage(%q) = %q, want %q", in, got, want)
+		}
 	}
 }

@@ -52,8 +52,10 @@ func printErr(w interface{ Write([]byte) (int, error) }, err error) {
 }
 
 // pkgPrefix matches the name of one of this module's packages where an error message names the
-// package that made it ("host: relay set: ..."): at the start or after another part.
-var pkgPrefix = regexp.MustCompile(`(^|: )(host|relaylink|relayclient|client|outbox|mailstore|rotation|lan|pairing|inbox|quarantine|relayserver|sqlitestore|pgstore|boltjson|fsutil|mbx|control|api|card|peers|agents|ops|doctor): `)
+// package that made it ("host: relay set: ..."): at the start or after another part. Packages
+// named like a command (outbox, peers, agents, doctor, ...) are left alone: there the name is
+// more often the command the user ran ("outbox: bad --limit").
+var pkgPrefix = regexp.MustCompile(`(^|: )(host|relaylink|relayclient|client|mailstore|rotation|lan|pairing|checkpoint|quarantine|relayserver|sqlitestore|pgstore|boltjson|fsutil|mbx|control|api|card|ops): `)
 
 // doubleInvalid matches a package's invalid-input sentinel right after the host's.
 var doubleInvalid = regexp.MustCompile(`invalid input: invalid [a-z ]*input: `)

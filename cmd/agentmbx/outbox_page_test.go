@@ -91,7 +91,12 @@ func TestOutboxPagingOnThousands(t *testing.T) {
 	if code != 0 || len(lines) != 1+50+1 {
 		t.Fatalf("outbox: exit %d, %d lines; want a header, 50 rows and a count line\n%s", code, len(lines), out)
 	}
-	if !strings.HasPrefix(lines[1], pendingID(49)) || !strings.HasPrefix(lines[50], pendingID(0)) || !strings.Contains(lines[50], "pending") {
+	shown := make([]string, 50)
+	for k := range shown {
+		shown[k] = pendingID(k)
+	}
+	short := shortIDs(shown) // the table shows the shortest unique prefix of each id
+	if !strings.HasPrefix(lines[1], short[pendingID(49)]+"\t") || !strings.HasPrefix(lines[50], short[pendingID(0)]+"\t") || !strings.Contains(lines[50], "pending") {
 		t.Fatalf("outbox rows run %q … %q; want the newest 50 pending ones, newest last", lines[1], lines[50])
 	}
 	if want := "950 older rows not shown"; !strings.HasPrefix(lines[51], want) {

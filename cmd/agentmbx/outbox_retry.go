@@ -48,9 +48,13 @@ receipt) is an error, and then nothing changes.`,
 					return printJSON(cmd.OutOrStdout(), res)
 				}
 				w := cmd.OutOrStdout()
-				fmt.Fprintf(w, "%d rows due now", res.Due)
+				fmt.Fprintf(w, "%s due now", plural(res.Due, "row", "rows"))
 				if res.Already > 0 {
-					fmt.Fprintf(w, " (%d were due already)", res.Already)
+					verb := "were"
+					if res.Already == 1 {
+						verb = "was"
+					}
+					fmt.Fprintf(w, " (%d %s due already)", res.Already, verb)
 				}
 				fmt.Fprintln(w)
 				if c.daemon == nil && res.Due+res.Already > 0 {
