@@ -54,13 +54,17 @@ func lanChild(addrFile string) int {
 	return 0
 }
 
-// TestAbuseLANHeldBodies (make abuse): 300 connections to a LAN port, each naming a paired peer
-// (names travel in clear) with a fresh timestamp and a junk signature, declaring 1 MiB and
-// sending all but a byte, then holding; the paired peer sends meanwhile. Goal: peak RSS under
-// 200 MB.
+// TestAbuseLANHeldBodies (make abuse prints it, make test asserts it): 300 connections to a LAN
+// port, each naming a paired peer (names travel in clear) with a fresh timestamp and a junk
+// signature, declaring 1 MiB and sending all but a byte, then holding; the paired peer sends
+// meanwhile. Peak RSS measured 43 MB; bound 65 MB. Skipped in a race build, whose shadow memory
+// makes the figure meaningless: make test runs it again without the race detector.
 func TestAbuseLANHeldBodies(t *testing.T) {
-	if os.Getenv("MBX_ABUSE") != "1" {
-		t.Skip("set MBX_ABUSE=1 (make abuse) for the resource figures")
+	if testkit.RaceEnabled {
+		t.Skip("memory figures need a build without the race detector: make test runs the TestAbuse tests again without it")
+	}
+	if testing.Short() {
+		t.Skip("child-process abuse test")
 	}
 	addrFile := filepath.Join(t.TempDir(), "addr")
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
@@ -107,9 +111,9 @@ func TestAbuseLANHeldBodies(t *testing.T) {
 	}
 	peak := testkit.ProcKB(t, cmd.Process.Pid, "VmHWM")
 	t.Logf("abuse: LAN, 300 connections naming a paired peer with 1 MiB bodies: answers %v (0 = still held or waiting "+
-		"for a connection slot); the paired peer served; peak RSS %d MB (at start %d MB; goal < 200 MB)", codes, peak>>10, base>>10)
-	if peak > 200<<10 {
-		t.Errorf("peak RSS %d MB over the 200 MB goal", peak>>10)
+		"for a connection slot); the paired peer served; peak RSS %d MB (at start %d MB)", codes, peak>>10, base>>10)
+	if peak > 65<<10 {
+		t.Errorf("peak RSS %d MB over the bound of 65 MB", peak>>10)
 	}
 	for _, c := range conns {
 		c.Close()

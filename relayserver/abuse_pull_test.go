@@ -91,9 +91,9 @@ func fillOwnQueue(t *testing.T, c *child, h host, total int) {
 
 // TestAbuseSlowPulls: one enrolled key fills its own queue (20 MiB, pushed to itself), then opens
 // 40 pulls of the largest page and reads nothing; an honest host pushes and pulls meanwhile.
-// Goal (issue 25): peak RSS under 300 MB.
+// Goal (issue 25): peak RSS under 300 MB; measured 128–129 MB, bound 195 MB.
 func TestAbuseSlowPulls(t *testing.T) {
-	abuse(t)
+	abuseRSS(t)
 	dir := t.TempDir()
 	c := startChild(t, dir, "")
 	defer c.stop()
@@ -143,7 +143,5 @@ func TestAbuseSlowPulls(t *testing.T) {
 	}
 	t.Logf("abuse: relay, 40 slow pulls of the largest page from one key (20 MiB queue): answers %v (-1 = none yet); "+
 		"honest host served; peak RSS %d MB (before the pulls %d MB; goal < 300 MB)", codes, peak>>10, base>>10)
-	if peak > 300<<10 {
-		t.Errorf("peak RSS %d MB over the 300 MB goal", peak>>10)
-	}
+	assertPeak(t, c, 195, "40 slow pulls of the largest page")
 }

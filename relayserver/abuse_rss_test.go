@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -17,14 +16,8 @@ import (
 	"github.com/agentmbx/agentmbx/relayserver"
 )
 
-// The abuse figures (make abuse): attacks on a relay process, measured by its peak RSS.
-// They run only with MBX_ABUSE=1: each holds hundreds of connections and megabytes for seconds.
-
-func abuse(t *testing.T) {
-	if os.Getenv("MBX_ABUSE") != "1" {
-		t.Skip("set MBX_ABUSE=1 (make abuse) for the resource figures")
-	}
-}
+// The abuse figures of issue 9 (make abuse prints them; make test asserts them, see abuseRSS):
+// attacks on a relay process, measured by its peak RSS.
 
 // holdBody opens a connection to addr, sends a push's header declaring 8 MiB signed by h, then
 // up to 8 MiB − 1 of body, and keeps the connection open. It reports the relay's answer on
@@ -71,9 +64,10 @@ func holdBody(t *testing.T, addr string, h host, answered chan<- int, conns chan
 
 // TestAbuseRelayHeldBodies: 200 connections of an unenrolled key, then 200 of an enrolled one,
 // each declaring 8 MiB and sending all but a byte, then holding; enrolled hosts push and pull
-// meanwhile. Goal: peak RSS under 300 MB.
+// meanwhile. Measured 97–128 MB (all from one address: two hold 8 MiB, the rest are refused once
+// the address's quarter of the body budget is spent); bound 190 MB.
 func TestAbuseRelayHeldBodies(t *testing.T) {
-	abuse(t)
+	abuseRSS(t)
 	dir := t.TempDir()
 	c := startChild(t, dir, "")
 	defer c.stop()
@@ -113,10 +107,8 @@ func TestAbuseRelayHeldBodies(t *testing.T) {
 		}
 		peak := testkit.ProcKB(t, c.cmd.Process.Pid, "VmHWM")
 		t.Logf("abuse: relay, 200 connections of an %s declaring 8 MiB: answers %v (0 = held with 8 MiB-1 sent); "+
-			"enrolled hosts served; peak RSS %d MB (at start %d MB; goal < 300 MB)", wave.name, codes, peak>>10, base>>10)
-		if peak > 300<<10 {
-			t.Errorf("peak RSS %d MB over the 300 MB goal", peak>>10)
-		}
+			"enrolled hosts served; peak RSS %d MB (at start %d MB)", wave.name, codes, peak>>10, base>>10)
+		assertPeak(t, c, 190, "200 connections holding 8 MiB bodies")
 	}
 	close(conns)
 	for cn := range conns {
@@ -125,9 +117,9 @@ func TestAbuseRelayHeldBodies(t *testing.T) {
 }
 
 // TestAbuseChallengeFlood: 12,000 challenge requests from 400 /64s of one /56 (behind a proxy the
-// relay trusts), then a fresh host elsewhere enrols.
+// relay trusts), then a fresh host elsewhere enrols. Peak RSS measured 36 MB; bound 54 MB.
 func TestAbuseChallengeFlood(t *testing.T) {
-	abuse(t)
+	abuseRSS(t)
 	t.Setenv(relayserver.EnvRelayTrustProxy, "xff")
 	c := startChild(t, t.TempDir(), "")
 	defer c.stop()
@@ -187,4 +179,8 @@ func TestAbuseChallengeFlood(t *testing.T) {
 		"a fresh host then enrolled in %v; peak RSS %d MB",
 		flood.Round(time.Millisecond), ok.Load(), limited.Load(), other.Load(), time.Since(enrolStart).Round(time.Millisecond),
 		testkit.ProcKB(t, c.cmd.Process.Pid, "VmHWM")>>10)
+	if limited.Load() == 0 || other.Load() != 0 {
+		t.Errorf("the flood was not rate-limited as it should: %d answered, %d limited, %d other", ok.Load(), limited.Load(), other.Load())
+	}
+	assertPeak(t, c, 54, "a 12,000-challenge flood")
 }

@@ -280,3 +280,48 @@ func TestSendersBodyCap(t *testing.T) {
 		t.Fatalf("1 MiB declared allowlist = %d, want 413 before the body", c.StatusCode)
 	}
 }
+
+// Issue 25 finding 3: a push is counted as it arrives and refused at max_batch + 1 items (or
+// max_targets + 1 targets), before the rest of the body is read and before anything is decoded.
+// The attacker's connection sends the first items and then waits: the answer comes anyway.
+func TestPushOverBatchRefusedBeforeTheRest(t *testing.T) {
+	t.Parallel()
+	r, a, b, _ := setup(t, func(o *relayserver.Options) {
+		o.Limits = mbx.DefaultLimits()
+		o.Limits.MaxBatch, o.Limits.MaxTargets = 5, 3
+	})
+	item := func(i, targets int) string {
+		var ts []string
+		for range targets {
+			ts = append(ts, fmt.Sprintf(`{"host_pubkey":%q,"wire_b64":"e30="}`, b.pub()))
+		}
+		return fmt.Sprintf(`{"kind":"envelope","item_id":"x%d","targets":[%s]}`, i, strings.Join(ts, ","))
+	}
+	for _, c := range []struct {
+		what, path, prefix string
+		want               int
+	}{
+		{"six items", "/v2/relay/items", `{"items":[` + item(0, 1) + "," + item(1, 1) + "," + item(2, 1) + "," +
+			item(3, 1) + "," + item(4, 1) + "," + item(5, 1), 400},
+		{"four targets", "/v2/relay/items", `{"items":[` + item(0, 4), 400},
+		{"six v1 envelopes", "/v1/relay/messages", `{"envelopes":[{},{},{},{},{},{}`, 413},
+	} {
+		h := r.hold(t, &a, c.path, 8<<20-1, "")
+		if _, err := h.conn.Write([]byte(c.prefix)); err != nil {
+			t.Fatal(err)
+		}
+		// The rest of the declared 8 MiB never comes.
+		if resp := h.answer(); resp.StatusCode != c.want {
+			t.Fatalf("%s: %d, want %d before the rest of the body", c.what, resp.StatusCode, c.want)
+		}
+	}
+	waitFor(t, "budget returned", func() bool { return r.srv.BodyBytesInFlight() == 0 })
+	// A push at the limits is taken; an honest host is served after the attempts.
+	items := make([]mbx.PushItem, 5)
+	for i := range items {
+		items[i] = envItem(fmt.Sprintf("01KKNTQ69NA67N0QBPXKXFN5%02d", i), b)
+	}
+	if st := statuses(r.push(a, items...)); len(st) != 5 || st[4] != "accepted" {
+		t.Fatalf("push of max_batch items = %v", st)
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"strconv"
 
+	"github.com/agentmbx/agentmbx/internal/bodylimit"
 	"github.com/agentmbx/agentmbx/mbx"
 )
 
@@ -123,21 +124,28 @@ func (s *Server) authenticate(r *http.Request, body []byte) (Enrolment, error) {
 }
 
 // signedBody checks the hop's headers, then reads r's body (at most max bytes, checked while
-// streaming, within the body budget) and checks the signature, returning the caller's live
-// enrolment and the body. On a failure it has answered r and ok is false.
-func (s *Server) signedBody(w http.ResponseWriter, r *http.Request, max int64) (caller Enrolment, body []byte, ok bool) {
-	c, err := s.checkHopHeaders(r)
-	if err == nil {
-		body, err = readBody(w, r, max, nil)
-	}
-	if err == nil {
-		caller, err = s.verify(r, c, body)
-	}
+// streaming, within the body budget; sc, when not nil, watches it arrive and may refuse it before
+// the rest is read) and checks the signature, returning the caller's live enrolment and the body.
+// On a failure it has answered r and ok is false.
+func (s *Server) signedBody(w http.ResponseWriter, r *http.Request, max int64, sc bodylimit.Scanner) (caller Enrolment, body []byte, ok bool) {
+	caller, body, err := s.readSigned(w, r, max, sc)
 	if err != nil {
 		s.writeError(w, r, err)
 		return Enrolment{}, nil, false
 	}
 	return caller, body, true
+}
+
+// readSigned is signedBody without the answer: the failure is returned.
+func (s *Server) readSigned(w http.ResponseWriter, r *http.Request, max int64, sc bodylimit.Scanner) (caller Enrolment, body []byte, err error) {
+	c, err := s.checkHopHeaders(r)
+	if err == nil {
+		body, err = readBody(w, r, max, sc)
+	}
+	if err == nil {
+		caller, err = s.verify(r, c, body)
+	}
+	return caller, body, err
 }
 
 // retryAfter is the Retry-After of a 503 from a spent budget or a full relay, in seconds.

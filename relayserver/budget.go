@@ -114,6 +114,7 @@ func (s *Server) responseShares(r *http.Request, key string) []bodylimit.Share {
 type scanError struct{ err error }
 
 func (e *scanError) Error() string { return e.err.Error() }
+func (e *scanError) Unwrap() error { return e.err }
 
 // The shares of the body budget (docs/design.md: Quotas and bounds): no client address and no
 // named key may hold more than these fractions of it, so that one address, or requests naming one

@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/agentmbx/agentmbx/internal/bodylimit"
 	"github.com/agentmbx/agentmbx/internal/failpoint"
 	"github.com/agentmbx/agentmbx/mbx"
 )
@@ -69,8 +70,10 @@ type pushWork struct {
 }
 
 // parsePush decodes and checks the shape of a push body. Any malformed part fails the whole
-// request (400) before anything is looked at, so nothing is stored.
-func (s *Server) parsePush(body []byte) ([]*pushWork, error) {
+// request (400) before anything is looked at, so nothing is stored. The wire bytes it decodes are
+// taken from the request's ticket on the body budget first (ErrBusy when they do not fit), so a
+// push in flight holds no more than the budget counts: its body and its wires.
+func (s *Server) parsePush(body []byte, tk *bodylimit.Ticket) ([]*pushWork, error) {
 	req, err := decodePushRequest(body)
 	if err != nil {
 		return nil, err
@@ -80,6 +83,15 @@ func (s *Server) parsePush(body []byte) ([]*pushWork, error) {
 	}
 	if len(req.Items) > s.lim.MaxBatch {
 		return nil, fmt.Errorf("%w: %d items, max_batch is %d", ErrBadRequest, len(req.Items), s.lim.MaxBatch)
+	}
+	var wires int64
+	for _, it := range req.Items {
+		for _, t := range it.Targets {
+			wires += int64(len(t.WireB64)) * 3 / 4
+		}
+	}
+	if !tk.Take(wires) {
+		return nil, fmt.Errorf("%w: the relay is busy decoding other pushes", ErrBusy)
 	}
 	work := make([]*pushWork, len(req.Items))
 	slab := make([]pushWork, len(req.Items)) // the items in one allocation
@@ -100,7 +112,7 @@ func (s *Server) parsePush(body []byte) ([]*pushWork, error) {
 			if !mbx.ValidPublicKey(t.HostPubkey) {
 				return nil, fmt.Errorf("%w: items[%d].targets[%d]: host_pubkey is not a host key", ErrBadRequest, i, j)
 			}
-			wire, err := mbx.DecodeB64Lenient(t.WireB64)
+			wire, err := decodeWire(t.WireB64)
 			if err != nil || len(wire) == 0 {
 				return nil, fmt.Errorf("%w: items[%d].targets[%d]: wire_b64 is not base64 of the wire bytes", ErrBadRequest, i, j)
 			}
@@ -524,11 +536,13 @@ func giveAcceptBufs(bufs []*mbx.AcceptBuf) {
 
 // handlePush is POST /v2/relay/items (docs/design.md: Push and acceptance).
 func (s *Server) handlePush(w http.ResponseWriter, r *http.Request) {
-	caller, body, ok := s.signedBody(w, r, s.opt.MaxBody)
+	// The items and targets are counted as the body arrives: a push over max_batch or max_targets
+	// is refused before the rest is read, and nothing of it is decoded.
+	caller, body, ok := s.signedBody(w, r, s.opt.MaxBody, s.pushCounter())
 	if !ok {
 		return
 	}
-	work, err := s.parsePush(body)
+	work, err := s.parsePush(body, ticketOf(r.Context()))
 	if err != nil {
 		s.writeError(w, r, err)
 		return

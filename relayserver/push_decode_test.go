@@ -1,6 +1,7 @@
 package relayserver
 
 import (
+	"bytes"
 	"encoding/json"
 	"reflect"
 	"testing"
@@ -34,12 +35,26 @@ func FuzzScanPushRequest(f *testing.F) {
 		if !ok {
 			return
 		}
-		var want mbx.PushRequest
-		if err := decodeJSON(body, &want); err != nil {
+		var req mbx.PushRequest
+		if err := decodeJSON(body, &req); err != nil {
 			t.Fatalf("scanner took %q, the decoder refuses it: %v", body, err)
 		}
-		if !reflect.DeepEqual(got, want) {
+		if want := fromPushRequest(req); !reflect.DeepEqual(got, want) {
 			t.Fatalf("%q:\nscanner %+v\ndecoder %+v", body, got, want)
+		}
+	})
+}
+
+// decodeWire reads every wire_b64 as mbx.DecodeB64Lenient does.
+func FuzzDecodeWire(f *testing.F) {
+	for _, s := range []string{"e30=", "e30", "e3-_", "e30==", "e\r\n30", "a", "ab=c", "", "////", "_-_-"} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		got, err := decodeWire(b)
+		want, werr := mbx.DecodeB64Lenient(string(b))
+		if (err == nil) != (werr == nil) || !bytes.Equal(got, want) {
+			t.Fatalf("%q: decodeWire %x %v, DecodeB64Lenient %x %v", b, got, err, want, werr)
 		}
 	})
 }
@@ -49,7 +64,7 @@ func TestScanPushRequestTakesHostBodies(t *testing.T) {
 		`{"host_pubkey":"PqB2qlCjtiaGXy3fqlIFgClovZG6lvG/xwcOruhk4n0=","wire_b64":"eyJ2IjozfQ=="}]},` +
 		`{"kind":"receipt","item_id":"r1","targets":[{"host_pubkey":"a","wire_b64":"b"},{"host_pubkey":"c","wire_b64":"d"}]}]}`)
 	req, ok := scanPushRequest(body)
-	if !ok || len(req.Items) != 2 || len(req.Items[1].Targets) != 2 || req.Items[0].Targets[0].WireB64 != "eyJ2IjozfQ==" {
+	if !ok || len(req.Items) != 2 || len(req.Items[1].Targets) != 2 || string(req.Items[0].Targets[0].WireB64) != "eyJ2IjozfQ==" {
 		t.Fatalf("scan = %+v, %v", req, ok)
 	}
 }

@@ -363,21 +363,18 @@ func (s *Server) routes() {
 	s.mux = m
 }
 
-// decodeJSON decodes one JSON value from body into v, refusing trailing data.
+// decodeJSON decodes one JSON value from body into v, refusing trailing data. json.Unmarshal reads
+// body in place (a json.Decoder would first copy it into a buffer of its own).
 func decodeJSON(body []byte, v any) error {
-	dec := json.NewDecoder(bytes.NewReader(body))
-	if err := dec.Decode(v); err != nil {
+	if err := json.Unmarshal(body, v); err != nil {
 		return fmt.Errorf("%w: body is not the expected JSON: %v", ErrBadRequest, err)
-	}
-	if dec.More() {
-		return fmt.Errorf("%w: trailing data after the JSON body", ErrBadRequest)
 	}
 	return nil
 }
 
 // signedJSON is signedBody, then the body decoded into v.
 func (s *Server) signedJSON(w http.ResponseWriter, r *http.Request, max int64, v any) (Enrolment, bool) {
-	caller, body, ok := s.signedBody(w, r, max)
+	caller, body, ok := s.signedBody(w, r, max, nil)
 	if !ok {
 		return Enrolment{}, false
 	}

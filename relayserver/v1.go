@@ -93,8 +93,19 @@ func (s *Server) resolveName(ctx context.Context, name string, viewer Enrolment)
 
 // handleV1Push is POST /v1/relay/messages.
 func (s *Server) handleV1Push(w http.ResponseWriter, r *http.Request) {
-	caller, body, ok := s.signedBody(w, r, s.opt.MaxBody)
-	if !ok {
+	// Envelopes are counted as the body arrives: a batch over max_batch is refused before the
+	// rest is read, with 0.5.x's answer to it.
+	caller, body, err := s.readSigned(w, r, s.opt.MaxBody, &batchCounter{batchName: "envelopes",
+		maxBatch: s.lim.MaxBatch, maxTargets: math.MaxInt, over: func(scanRole, int, int) error { return errV1Batch }})
+	if errors.Is(err, errV1Batch) {
+		if unread(r) {
+			w.Header().Set("Connection", "close")
+		}
+		s.writeJSON(w, http.StatusRequestEntityTooLarge, v1PushResponse{Error: s.v1BatchOver()})
+		return
+	}
+	if err != nil {
+		s.writeError(w, r, err)
 		return
 	}
 	var req v1PushRequest
@@ -111,11 +122,17 @@ func (s *Server) handleV1Push(w http.ResponseWriter, r *http.Request) {
 	s.writeJSON(w, status, res)
 }
 
+// errV1Batch is the refusal of a v1 batch over max_batch while it arrives.
+var errV1Batch = errors.New("v1 batch over max_batch")
+
+// v1BatchOver is the error of a v1 answer to a batch over max_batch.
+func (s *Server) v1BatchOver() string { return fmt.Sprintf("batch over limit %d", s.lim.MaxBatch) }
+
 // v1Push stores envelopes in order until the first refusal.
 func (s *Server) v1Push(ctx context.Context, caller Enrolment, envs []json.RawMessage) v1PushResponse {
 	var res v1PushResponse
 	if len(envs) > s.lim.MaxBatch {
-		res.Error = fmt.Sprintf("batch over limit %d", s.lim.MaxBatch)
+		res.Error = s.v1BatchOver()
 		return res
 	}
 	now := s.opt.Clock()

@@ -1,0 +1,7 @@
+//go:build !race
+
+package testkit
+
+// RaceEnabled reports whether the binary was built with the race detector, whose shadow memory
+// makes memory figures meaningless.
+const RaceEnabled = false
