@@ -704,11 +704,19 @@ func (s *soak) moveOne(ctx context.Context, h *soakHost, m oracle.Mailbox, id st
 		verb = "ack"
 	}
 	out := s.must(ctx, verb, id, "--as", m.Agent, "--json", "--home", h.home)
-	var got api.Message
-	if err := json.Unmarshal([]byte(out), &got); err != nil {
+	// read prints the message; ack takes several ids and prints an array, one per id.
+	var got []api.Message
+	var err error
+	if ack {
+		err = json.Unmarshal([]byte(out), &got)
+	} else {
+		got = make([]api.Message, 1)
+		err = json.Unmarshal([]byte(out), &got[0])
+	}
+	if err != nil || len(got) != 1 || got[0].ID != id {
 		s.t.Fatalf("seed %d: %s %s printed %q: %v", s.cfg.seed, verb, id, out, err)
 	}
-	s.watch.Moved(m, id, got.State)
+	s.watch.Moved(m, id, got[0].State)
 }
 
 func (s *soak) host(name string) *soakHost {
