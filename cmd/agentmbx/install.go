@@ -20,6 +20,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/agentmbx/agentmbx/host"
+	"github.com/agentmbx/agentmbx/internal/shellquote"
 )
 
 // unitName and launchdLabel name the daemon's service for the default host home; another home's
@@ -240,11 +241,11 @@ func plan(spec serviceSpec, userHome, dir string, uid int) (installPlan, error) 
 
 func newDaemonInstallCmd() *cobra.Command {
 	var (
-		home, bin, dir, goos string
-		asUser, dryRun       bool
+		home, bin, dir, goos, runAs string
+		asUser, dryRun              bool
 	)
 	cmd := &cobra.Command{
-		Use:   "install [--user] [--dry-run] [--dir DIR] [--bin PATH]",
+		Use:   "install [--user] [--run-as USER] [--dry-run] [--dir DIR] [--bin PATH]",
 		Short: "Install the daemon as a service that starts at boot or login (systemd, launchd)",
 		Long: `Write the daemon's service file for this system and enable it, printing what it did.
 
@@ -255,16 +256,27 @@ services.
 
 Linux: a systemd unit; with --user a user unit in ~/.config/systemd/user, run by
 'systemctl --user enable --now' (run 'loginctl enable-linger $USER' to keep it running while you
-are logged out); without --user a system unit in /etc/systemd/system that runs the daemon as you
-(needs root), hardened: it may write only the host home. macOS: a launchd job; with --user a LaunchAgent in ~/Library/LaunchAgents, else a LaunchDaemon in
-/Library/LaunchDaemons (needs root), loaded with 'launchctl bootstrap'.
+are logged out); without --user a system unit in /etc/systemd/system (needs root), hardened: it
+may write only the host home. macOS: a launchd job; with --user a LaunchAgent in
+~/Library/LaunchAgents, else a LaunchDaemon in /Library/LaunchDaemons (needs root), loaded with
+'launchctl bootstrap'.
+
+Who a system service runs as: --run-as USER if given; else, under sudo, the user who ran sudo
+($SUDO_USER), with that user's default home; else you. It never runs as root unless you say
+--run-as root, and then only a binary that no user but root can replace: the binary, every
+directory above it and every symlink target must be owned by root and writable by no one else
+(copy it, e.g. 'install -o root -m 0755 agentmbx /usr/local/bin/', and pass --bin).
 
 The service runs this binary (or --bin) with this host home (--home, $MBX_HOME or the default)
 and JSON logs. --dry-run prints the file and the commands without touching anything; --dir DIR
 writes the file into DIR and runs nothing (to inspect it, or to package it).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			spec, userHome, uid, err := installSpec(home, bin, goos, asUser)
+			id, err := installIdentity()
+			if err != nil {
+				return err
+			}
+			spec, userHome, uid, err := installSpec(home, bin, goos, runAs, asUser, id)
 			if err != nil {
 				return err
 			}
@@ -272,11 +284,15 @@ writes the file into DIR and runs nothing (to inspect it, or to package it).`,
 			if err != nil {
 				return err
 			}
+			if !spec.User {
+				fmt.Fprintf(cmd.OutOrStdout(), "the service runs as %s\n", spec.Account)
+			}
 			return runPlan(cmd.Context(), cmd.OutOrStdout(), p, dryRun)
 		},
 	}
 	addHomeFlag(cmd, &home)
 	cmd.Flags().BoolVar(&asUser, "user", false, "install a per-user service (systemd --user, a LaunchAgent) instead of a system one")
+	cmd.Flags().StringVar(&runAs, "run-as", "", "the account a system service runs as (default: $SUDO_USER under sudo, else you; root only when named)")
 	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "print the service file and the commands; change nothing")
 	cmd.Flags().StringVar(&dir, "dir", "", "write the service file into this directory and run nothing")
 	cmd.Flags().StringVar(&bin, "bin", "", "the agentmbx binary the service runs (default: this one)")
@@ -284,10 +300,67 @@ writes the file into DIR and runs nothing (to inspect it, or to package it).`,
 	return cmd
 }
 
-// installSpec gathers the service's paths and account.
-func installSpec(home, bin, goos string, asUser bool) (serviceSpec, string, int, error) {
+// identity is who runs `daemon install`: the effective uid, the current account, sudo's
+// $SUDO_USER, and how to look up accounts and files. Tests inject one (installIdentity) so that
+// they behave the same run as root or not.
+type identity struct {
+	EUID     int
+	Current  *user.User
+	SudoUser string
+	Lookup   func(name string) (*user.User, error)
+	FS       ownerFS
+	Getenv   func(string) string
+}
+
+// installIdentity returns the running process's identity; a variable so tests can replace it.
+var installIdentity = func() (identity, error) {
+	u, err := user.Current()
+	if err != nil {
+		return identity{}, fmt.Errorf("daemon install: current user: %w", err)
+	}
+	return identity{EUID: os.Geteuid(), Current: u, SudoUser: os.Getenv("SUDO_USER"),
+		Lookup: user.Lookup, FS: osOwnerFS{}, Getenv: os.Getenv}, nil
+}
+
+// installSpec gathers the service's paths and account (see the command's help for the rules).
+func installSpec(home, bin, goos, runAs string, asUser bool, id identity) (serviceSpec, string, int, error) {
 	spec := serviceSpec{OS: goos, User: asUser}
+	cur := id.Current
+	sudoUser := id.SudoUser
+	if sudoUser == "root" {
+		sudoUser = ""
+	}
+	account := cur
+	switch {
+	case asUser && runAs != "":
+		return spec, "", 0, usageErr("a --user service runs as the user whose manager runs it", "daemon install: --run-as is for a system service, not --user")
+	case asUser && id.EUID == 0 && sudoUser != "":
+		return spec, "", 0, usageErr("run it without sudo: 'agentmbx daemon install --user'",
+			"daemon install: --user under sudo would install root's user service, not %s's", sudoUser)
+	case asUser:
+	case runAs != "":
+		u, err := id.Lookup(runAs)
+		if err != nil {
+			return spec, "", 0, fmt.Errorf("daemon install: --run-as %s: %w", runAs, err)
+		}
+		account = u
+	case id.EUID == 0 && sudoUser != "":
+		u, err := id.Lookup(sudoUser)
+		if err != nil {
+			return spec, "", 0, fmt.Errorf("daemon install: SUDO_USER %s: %w", sudoUser, err)
+		}
+		account = u
+	case id.EUID == 0 || cur.Uid == "0":
+		return spec, "", 0, usageErr("name the account: --run-as USER (--run-as root to run it as root, from a root-owned binary)",
+			"daemon install: not run through sudo and running as root: refusing to guess who the daemon runs as")
+	}
+	spec.Account = account.Username
+	defaultHome := filepath.Join(account.HomeDir, ".local", "share", "agentmbx")
 	var err error
+	if home == "" && id.Getenv(host.EnvHome) == "" && account.Uid != cur.Uid {
+		// Under sudo $HOME may be root's: the daemon's home is the account's own default.
+		home = defaultHome
+	}
 	if spec.Home, err = host.ResolveHome(home); err != nil {
 		return spec, "", 0, err
 	}
@@ -305,15 +378,16 @@ func installSpec(home, bin, goos string, asUser bool) (serviceSpec, string, int,
 	if spec.Bin, err = filepath.Abs(bin); err != nil {
 		return spec, "", 0, err
 	}
-	u, err := user.Current()
-	if err != nil {
-		return spec, "", 0, fmt.Errorf("daemon install: current user: %w", err)
+	if !asUser && account.Uid == "0" {
+		if err := rootOnlyWritable(id.FS, spec.Bin); err != nil {
+			return spec, "", 0, hint(fmt.Errorf("daemon install: a service that runs as root must run a binary only root can replace: %w", err),
+				"copy it: 'install -o root -g 0 -m 0755 %s /usr/local/bin/agentmbx', then pass --bin /usr/local/bin/agentmbx; or run the service as a user (--run-as USER)", shellquote.Quote(spec.Bin))
+		}
 	}
-	spec.Account = u.Username
 	spec.LogFile = filepath.Join(spec.Home, "daemon.log")
-	spec.Unit, spec.Label = serviceNames(spec.Home, filepath.Join(u.HomeDir, ".local", "share", "agentmbx"))
-	uid, _ := strconv.Atoi(u.Uid)
-	return spec, u.HomeDir, uid, nil
+	spec.Unit, spec.Label = serviceNames(spec.Home, defaultHome)
+	uid, _ := strconv.Atoi(cur.Uid)
+	return spec, cur.HomeDir, uid, nil
 }
 
 // runPlan writes the file and runs the commands (or, dry, prints them), saying what it did.

@@ -185,6 +185,7 @@ func runMain(t *testing.T, args ...string) (string, error) {
 // TestDaemonInstall: --dir writes the unit there and runs nothing; --dry-run prints the unit and
 // the systemctl commands and writes nothing; both name this host's home and the given binary.
 func TestDaemonInstall(t *testing.T) {
+	withIdentity(t, identity{EUID: 1000, Current: aliceUser})
 	dir, home := t.TempDir(), filepath.Join(t.TempDir(), "home")
 	out, err := runMain(t, "daemon", "install", "--user", "--os", "linux", "--dir", dir, "--home", home, "--bin", "/opt/agentmbx")
 	if err != nil {
@@ -207,7 +208,7 @@ func TestDaemonInstall(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"would write /etc/systemd/system/" + unit + ":", "ReadWritePaths=" + home,
+	for _, want := range []string{"would write /etc/systemd/system/" + unit + ":", "ReadWritePaths=" + home, "\nUser=alice\n",
 		"ProtectSystem=strict", "would run: systemctl daemon-reload", "would run: systemctl enable --now " + unit} {
 		if !strings.Contains(out, want) {
 			t.Errorf("dry run lacks %q:\n%s", want, out)
