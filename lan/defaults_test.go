@@ -18,7 +18,7 @@ import (
 
 // The LAN server's documented defaults (docs/security.md, "A relay on the open internet": a
 // host's LAN server "serves at most 64 connections at once with 16 MiB of bodies in flight";
-// POST /v1/rotate "takes at most 2 calls a second (burst 10) from all callers together"), each
+// POST /v1/rotate "takes at most 2 calls a second (burst 10) from each client address"), each
 // checked on a server built with no bounds set, as the daemon builds it (host/lan.go sets only
 // the clock, the logger and the version). The values are written here as the docs state them,
 // not taken from the package's constants.
@@ -79,7 +79,7 @@ func waitInUse(t *testing.T, w *lanWorld, n int64) {
 	t.Fatalf("the budget never held %d bytes (holds %d)", n, w.srv.BodyBytesInFlight())
 }
 
-// POST /v1/rotate on the injected clock: a burst of 10, then 2 a second.
+// POST /v1/rotate on the injected clock: a burst of 10, then 2 a second, from one address.
 func TestLANDefaultRotationRate(t *testing.T) {
 	t.Parallel()
 	w := newLAN(t, lan.ServerOptions{})

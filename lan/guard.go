@@ -1,14 +1,17 @@
 package lan
 
 import (
+	"container/list"
 	"context"
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"sync"
 	"time"
 
 	"golang.org/x/net/netutil"
+	"golang.org/x/time/rate"
 
 	"github.com/agentmbx/agentmbx/internal/bodylimit"
 	"github.com/agentmbx/agentmbx/internal/logkey"
@@ -22,11 +25,13 @@ const (
 	DefaultMaxConns = 64
 	// DefaultBodyBudget is the LAN server's budget of body bytes in flight.
 	DefaultBodyBudget = 16 << 20
-	// DefaultRotationsPerSecond and DefaultRotationBurst bound POST /v1/rotate across all
-	// callers: a peer's rotation arrives once per rotation (retried on 429), and each call costs
+	// DefaultRotationsPerSecond and DefaultRotationBurst bound POST /v1/rotate per client
+	// address: a peer's rotation arrives once per rotation (retried on 429), and each call costs
 	// a store transaction and two signature checks.
 	DefaultRotationsPerSecond = 2
 	DefaultRotationBurst      = 10
+	// DefaultRotationAddrs is how many client addresses the POST /v1/rotate limiter remembers.
+	DefaultRotationAddrs = 1024
 	// refusalLogEvery is how often refused requests are logged: one line with the count since
 	// the last, not one per request.
 	refusalLogEvery = time.Minute
@@ -80,4 +85,67 @@ func (f *refusals) note(peer, path, reason string) {
 	f.log.Warn("LAN requests refused", logkey.Count, f.count, logkey.Since, f.logged, logkey.LastPeer, peer,
 		logkey.Path, path, logkey.LastReason, reason)
 	f.count, f.logged = 0, now
+}
+
+// addrLimiter holds one token bucket per client address (golang.org/x/time/rate) in a bounded
+// LRU, so that one address draining its bucket leaves the others theirs. A full table forgets its
+// least recently used bucket only once that bucket has refilled (forgetting it loses nothing);
+// otherwise an address it does not hold shares one overflow bucket, so churning through new
+// addresses never resets a bucket that still counts, and never holds more than max of them.
+type addrLimiter struct {
+	mu       sync.Mutex
+	every    rate.Limit
+	burst    int
+	max      int
+	ll       *list.List // of *addrBucket, most recently used first
+	m        map[string]*list.Element
+	overflow *rate.Limiter
+}
+
+type addrBucket struct {
+	addr string
+	lim  *rate.Limiter
+}
+
+func newAddrLimiter(every rate.Limit, burst, max int) *addrLimiter {
+	return &addrLimiter{every: every, burst: burst, max: max, ll: list.New(), m: map[string]*list.Element{},
+		overflow: rate.NewLimiter(every, burst)}
+}
+
+// allow takes a token of r's client address at now and reports whether there was one.
+func (l *addrLimiter) allow(r *http.Request, now time.Time) bool {
+	addr := clientAddr(r)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.bucket(addr, now).AllowN(now, 1)
+}
+
+// bucket returns addr's bucket, making one when there is room. Called with l.mu held.
+func (l *addrLimiter) bucket(addr string, now time.Time) *rate.Limiter {
+	if e, ok := l.m[addr]; ok {
+		l.ll.MoveToFront(e)
+		return e.Value.(*addrBucket).lim
+	}
+	if l.ll.Len() >= l.max {
+		tail := l.ll.Back()
+		old := tail.Value.(*addrBucket)
+		if old.lim.TokensAt(now) < float64(old.lim.Burst()) {
+			return l.overflow
+		}
+		l.ll.Remove(tail)
+		delete(l.m, old.addr)
+	}
+	b := &addrBucket{addr: addr, lim: rate.NewLimiter(l.every, l.burst)}
+	l.m[addr] = l.ll.PushFront(b)
+	return b.lim
+}
+
+// clientAddr is the address of r's TCP peer (the LAN server trusts no proxy header). Each
+// address counts alone, IPv6 ones too: the hosts of one LAN share their /64.
+func clientAddr(r *http.Request) string {
+	ap, err := netip.ParseAddrPort(r.RemoteAddr)
+	if err != nil {
+		return r.RemoteAddr
+	}
+	return ap.Addr().Unmap().String()
 }

@@ -257,3 +257,57 @@ func TestRotateRateLimited(t *testing.T) {
 		t.Fatalf("the applier saw %d records, want 5", n)
 	}
 }
+
+// postRotateFrom posts a rotation body to w's /v1/rotate from the loopback address src
+// (127.0.0.x: Linux routes the whole 127/8 to lo) and returns the status.
+func postRotateFrom(t *testing.T, w *lanWorld, src string) int {
+	t.Helper()
+	tr := &http.Transport{DialContext: (&net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(src)},
+		Timeout: 30 * time.Second}).DialContext, DisableKeepAlives: true}
+	defer tr.CloseIdleConnections()
+	c := &http.Client{Transport: tr, Timeout: 30 * time.Second}
+	resp, err := c.Post("http://"+w.addr+lan.PathLANRotate, "application/json", strings.NewReader(`{"rotation":{"rec":{}}}`))
+	if err != nil {
+		t.Skipf("posting from %s: %v (no second loopback address here)", src, err)
+	}
+	resp.Body.Close()
+	return resp.StatusCode
+}
+
+// A stranger that drains POST /v1/rotate's rate leaves other addresses theirs (issue 25, finding
+// 7): the limiter has one bucket per client address. Addresses churning through the bounded table
+// never reset a bucket that still counts.
+func TestRotateRatePerAddress(t *testing.T) {
+	t.Parallel()
+	w := newLAN(t, lan.ServerOptions{RotationsPerSecond: 1, RotationBurst: 3, RotationAddrs: 4})
+	a := &countingApplier{}
+	w.srv.HandleRotations(a)
+	drain := func(src string) {
+		t.Helper()
+		for range 3 {
+			if code := postRotateFrom(t, w, src); code != http.StatusConflict {
+				t.Fatalf("%s within its burst = %d, want 409 from the applier", src, code)
+			}
+		}
+		if code := postRotateFrom(t, w, src); code != http.StatusTooManyRequests {
+			t.Fatalf("%s past its burst = %d, want 429", src, code)
+		}
+	}
+	drain("127.0.0.2")
+	// The honest peer, at another address, is still served, during the attack and after.
+	drain("127.0.0.1")
+	// Strangers at more addresses than the table holds: the drained buckets stay drained, the
+	// newcomers share one overflow bucket.
+	for i := 3; i < 12; i++ {
+		postRotateFrom(t, w, fmt.Sprintf("127.0.0.%d", i))
+	}
+	for _, src := range []string{"127.0.0.1", "127.0.0.2"} {
+		if code := postRotateFrom(t, w, src); code != http.StatusTooManyRequests {
+			t.Fatalf("%s after the churn = %d, want 429 (its bucket was drained and not reset)", src, code)
+		}
+	}
+	w.clock.Advance(time.Second)
+	if code := postRotateFrom(t, w, "127.0.0.1"); code != http.StatusConflict {
+		t.Fatalf("the honest peer a second later = %d, want 409 from the applier", code)
+	}
+}

@@ -19,7 +19,7 @@ import (
 // POST /v1/rotate {"rotation": <signed rotation record>} carries a peer's own rotation (T030). It
 // has no hop: the rotated host signs with its new key, which this host does not pin yet, and the
 // record authenticates itself (both keys signed it; the old one must be the pinned key). The body
-// is capped at mbx.RelaySmallBodyMax before it is read, and the calls of all callers together at
+// is capped at mbx.RelaySmallBodyMax before it is read, and the calls of each client address at
 // ServerOptions.RotationsPerSecond. Answers: 200 {"ok":true,"applied":B} (applied false: a replay,
 // nothing changed), 400 malformed body, 409 refused (the reason), 413 too large, 429 over the
 // rate (Retry-After), 500 store error.
@@ -50,7 +50,7 @@ func (s *Server) HandleRotations(a RotationApplier) {
 }
 
 func (s *Server) handleRotate(w http.ResponseWriter, r *http.Request, a RotationApplier) {
-	if !s.rotate.AllowN(s.opt.Clock(), 1) {
+	if !s.rotate.allow(r, s.opt.Clock()) {
 		s.refused.note("", r.URL.Path, "rotation rate exceeded")
 		w.Header().Set("Connection", "close") // the body stays unread
 		w.Header().Set("Retry-After", "1")

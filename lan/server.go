@@ -48,11 +48,13 @@ type ServerOptions struct {
 	// arrive; past it requests get 503 and the rest of their body is not read. Default
 	// DefaultBodyBudget.
 	BodyBudget int64
-	// RotationsPerSecond and RotationBurst bound POST /v1/rotate, which has no hop to check
-	// first: past them it answers 429 before reading the body. Defaults
-	// DefaultRotationsPerSecond and DefaultRotationBurst.
+	// RotationsPerSecond and RotationBurst bound POST /v1/rotate per client address, which has
+	// no hop to check first: past them it answers 429 before reading the body. Defaults
+	// DefaultRotationsPerSecond and DefaultRotationBurst. RotationAddrs is how many addresses
+	// have a bucket of their own (default DefaultRotationAddrs); the others share one.
 	RotationsPerSecond float64
 	RotationBurst      int
+	RotationAddrs      int
 }
 
 // Server is a host's LAN server: the mux the routes are on (pairing registers its own there too).
@@ -62,7 +64,7 @@ type Server struct {
 	mux     *http.ServeMux
 	budget  *bodylimit.Budget
 	refused *refusals
-	rotate  *rate.Limiter // POST /v1/rotate, across all callers
+	rotate  *addrLimiter // POST /v1/rotate, per client address
 }
 
 // NewServer returns the LAN server of h.
@@ -85,9 +87,12 @@ func NewServer(h Host, opt ServerOptions) *Server {
 	if opt.RotationBurst <= 0 {
 		opt.RotationBurst = DefaultRotationBurst
 	}
+	if opt.RotationAddrs <= 0 {
+		opt.RotationAddrs = DefaultRotationAddrs
+	}
 	s := &Server{h: h, opt: opt, mux: http.NewServeMux(), budget: bodylimit.NewBudget(opt.BodyBudget),
 		refused: &refusals{log: opt.Logger, clock: opt.Clock},
-		rotate:  rate.NewLimiter(rate.Limit(opt.RotationsPerSecond), opt.RotationBurst)}
+		rotate:  newAddrLimiter(rate.Limit(opt.RotationsPerSecond), opt.RotationBurst, opt.RotationAddrs)}
 	s.mux.HandleFunc("POST "+mbx.PathLANEnvelopes, s.handleEnvelopes)
 	s.mux.HandleFunc("POST "+mbx.PathLANEnvelopesV1, s.handleEnvelopes)
 	s.mux.HandleFunc("POST "+mbx.PathLANReceipts, s.handleReceipts)
