@@ -107,7 +107,7 @@ func Init(dir string, opts InitOptions) error {
 	// The store's lock is held until the keys are written, and the identity is looked for again
 	// under it: of two inits racing on one home, the second finds the first's host.key instead of
 	// replacing it.
-	db, err := bbolt.Open(filepath.Join(dir, StateFile), 0o600, &bbolt.Options{Timeout: time.Second})
+	db, err := openStateDB(dir, time.Second, false)
 	if err != nil {
 		if errors.Is(err, bbolt.ErrTimeout) {
 			return fmt.Errorf("host: init: %w", api.ErrLocked)

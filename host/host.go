@@ -7,7 +7,6 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
-	"path/filepath"
 	"sync"
 	"time"
 
@@ -131,7 +130,7 @@ func Open(dir string, opts *Options) (*Host, error) {
 	if err != nil {
 		return nil, fmt.Errorf("host: open %s: %w", dir, err)
 	}
-	db, err := bbolt.Open(filepath.Join(dir, StateFile), 0o600, &bbolt.Options{Timeout: o.LockTimeout, NoSync: o.NoSync})
+	db, err := openStateDB(dir, o.LockTimeout, o.NoSync)
 	if err != nil {
 		if errors.Is(err, bbolt.ErrTimeout) {
 			return nil, fmt.Errorf("host: open %s: %w", dir, api.ErrLocked)

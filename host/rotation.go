@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"path/filepath"
 	"time"
 
 	"go.etcd.io/bbolt"
@@ -38,7 +37,7 @@ func PrepareRotation(dir string, opts rotation.Options) (mbx.SignedRotation, err
 	if _, _, _, err := readKeys(dir); err != nil {
 		return fail(err)
 	}
-	db, err := bbolt.Open(filepath.Join(dir, StateFile), 0o600, &bbolt.Options{Timeout: opts.LockTimeout})
+	db, err := openStateDB(dir, opts.LockTimeout, false)
 	if errors.Is(err, bbolt.ErrTimeout) {
 		return fail(api.ErrLocked)
 	} else if err != nil {
