@@ -88,7 +88,7 @@ func TestE2ERelayAccountTokens(t *testing.T) {
 	jwksURL, sign := e2eTokenIssuer(t)
 	relay := startRelay(t, filepath.Join(dir, "relay.addr"), []string{relayserver.EnvRelayKey + "="},
 		"--store-dir", filepath.Join(dir, "relay"), "--listen", "127.0.0.1:0",
-		"--auth-issuer", e2eIssuer, "--auth-jwks-url", jwksURL, "--auth-audience", e2eAudience, "--auth-required")
+		"--auth-issuer", e2eIssuer, "--auth-jwks-url", jwksURL, "--auth-jwks-loopback-http", "--auth-audience", e2eAudience, "--auth-required")
 	url := "http://" + relay.addr
 	a, b, c := newNode(t, dir, "alpha"), newNode(t, dir, "beta"), newNode(t, dir, "gamma")
 

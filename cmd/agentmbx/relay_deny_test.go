@@ -21,7 +21,7 @@ func TestE2ERelayDenyList(t *testing.T) {
 	jwksURL, sign := e2eTokenIssuer(t)
 	relay := startRelay(t, filepath.Join(dir, "relay.addr"), []string{relayserver.EnvRelayKey + "="},
 		"--store-dir", store, "--listen", "127.0.0.1:0",
-		"--auth-issuer", e2eIssuer, "--auth-jwks-url", jwksURL, "--auth-audience", e2eAudience)
+		"--auth-issuer", e2eIssuer, "--auth-jwks-url", jwksURL, "--auth-jwks-loopback-http", "--auth-audience", e2eAudience)
 	a := newNode(t, dir, "alpha")
 	tok := filepath.Join(dir, "alpha.token")
 	writeFile(t, tok, sign(a.hostPubkey(), time.Now(), 15*time.Minute))

@@ -81,7 +81,7 @@ func TestE2EEnrolmentUnreachableIsNotRefused(t *testing.T) {
 	jwksURL, _ := e2eTokenIssuer(t)
 	relay := startRelay(t, filepath.Join(dir, "relay.addr"), []string{relayserver.EnvRelayKey + "="},
 		"--store-dir", filepath.Join(dir, "relay"), "--listen", "127.0.0.1:0",
-		"--auth-issuer", e2eIssuer, "--auth-jwks-url", jwksURL, "--auth-audience", e2eAudience, "--auth-required")
+		"--auth-issuer", e2eIssuer, "--auth-jwks-url", jwksURL, "--auth-jwks-loopback-http", "--auth-audience", e2eAudience, "--auth-required")
 	target, err := url.Parse("http://" + relay.addr)
 	if err != nil {
 		t.Fatal(err)

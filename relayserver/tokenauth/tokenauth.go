@@ -14,6 +14,9 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"net/netip"
+	"net/url"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -38,8 +41,12 @@ const (
 
 // Config configures an Authority. Issuer, JWKSURL and Audience are required.
 type Config struct {
-	Issuer   string
-	JWKSURL  string
+	Issuer string
+	// JWKSURL is the issuer's JWKS: an https URL (see CheckJWKSURL). Redirects are not followed.
+	JWKSURL string
+	// AllowLoopbackHTTP admits a plain http JWKSURL whose host is loopback (a test issuer, or
+	// one behind a local TLS proxy); http to any other host is refused even with it.
+	AllowLoopbackHTTP bool
 	Audience string // this relay's URL; tokens for any other audience are refused
 	// Required refuses hosts without a token; otherwise they enrol by the host-key challenge, the
 	// weaker authority, and prove no account.
@@ -86,6 +93,9 @@ type Claims struct {
 func New(ctx context.Context, cfg Config) (*Authority, error) {
 	if cfg.Issuer == "" || cfg.JWKSURL == "" || cfg.Audience == "" {
 		return nil, errors.New("tokenauth: issuer, JWKS URL and audience are all required")
+	}
+	if err := CheckJWKSURL(cfg.JWKSURL, cfg.AllowLoopbackHTTP); err != nil {
+		return nil, fmt.Errorf("tokenauth: %w", err)
 	}
 	cfg = withDefaults(cfg)
 	a := &Authority{cfg: cfg}
@@ -144,8 +154,42 @@ func withDefaults(c Config) Config {
 	if c.Client != nil && c.Client.Transport != nil {
 		base = c.Client.Transport
 	}
-	c.Client = &http.Client{Transport: boundedTransport{base}}
+	// A redirect is not followed: the 3xx is the answer, and a failed fetch. The keys that decide
+	// who enrols come from the URL the operator named, over TLS, or not at all.
+	c.Client = &http.Client{Transport: boundedTransport{base},
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 	return c
+}
+
+// CheckJWKSURL checks a JWKS URL: https with a host, or, when allowLoopbackHTTP, http to a
+// loopback host (localhost, 127.0.0.0/8, ::1). The keys fetched there decide which tokens verify,
+// so plain http to anything else would let the network choose who enrols.
+func CheckJWKSURL(raw string, allowLoopbackHTTP bool) error {
+	u, err := url.Parse(raw)
+	if err != nil || u.Host == "" || u.Hostname() == "" {
+		return fmt.Errorf("JWKS URL %q is not an absolute URL with a host", raw)
+	}
+	switch u.Scheme {
+	case "https":
+		return nil
+	case "http":
+		if !isLoopback(u.Hostname()) {
+			return fmt.Errorf("JWKS URL %q: plain http is refused (use https)", raw)
+		}
+		if !allowLoopbackHTTP {
+			return fmt.Errorf("JWKS URL %q: plain http is refused (use https; loopback http only when allowed explicitly)", raw)
+		}
+		return nil
+	}
+	return fmt.Errorf("JWKS URL %q: scheme %q (want https)", raw, u.Scheme)
+}
+
+func isLoopback(host string) bool {
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	a, err := netip.ParseAddr(host)
+	return err == nil && a.Unmap().IsLoopback()
 }
 
 func (a *Authority) markFetched() { a.fetched.Store(a.cfg.Clock().UnixNano()) }

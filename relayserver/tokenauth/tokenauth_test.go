@@ -109,7 +109,7 @@ func (is *testIssuer) sign(kid string, c claims) string {
 func newAuthority(t *testing.T, is *testIssuer, mod func(*tokenauth.Config)) *tokenauth.Authority {
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	cfg := tokenauth.Config{Issuer: issuer, JWKSURL: is.srv.URL, Audience: audience, Clock: is.clock.Now}
+	cfg := tokenauth.Config{Issuer: issuer, JWKSURL: is.srv.URL, Audience: audience, Clock: is.clock.Now, AllowLoopbackHTTP: true}
 	if mod != nil {
 		mod(&cfg)
 	}
@@ -345,4 +345,81 @@ func TestKeyLeavingTheJWKSStopsVerifyingAtThePeriodicRefresh(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+}
+
+// A JWKS URL must be https; plain http only to a loopback host and only when allowed (issue 25,
+// finding 7). Each refusal happens in New, before anything is fetched.
+func TestJWKSURLMustBeHTTPS(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		url      string
+		loopback bool
+		ok       bool
+	}{
+		{"https://accounts.example/jwks.json", false, true},
+		{"http://accounts.example/jwks.json", false, false},
+		{"http://accounts.example/jwks.json", true, false}, // the flag covers loopback only
+		{"http://127.0.0.1:8080/jwks.json", false, false},  // loopback, but not allowed
+		{"http://127.0.0.1:8080/jwks.json", true, true},
+		{"http://[::1]:8080/jwks.json", true, true},
+		{"http://localhost:8080/jwks.json", true, true},
+		{"http://10.0.0.1/jwks.json", true, false},
+		{"ftp://accounts.example/jwks.json", true, false},
+		{"/jwks.json", true, false},
+		{"https:///jwks.json", false, false},
+	} {
+		err := tokenauth.CheckJWKSURL(tc.url, tc.loopback)
+		if (err == nil) != tc.ok {
+			t.Errorf("CheckJWKSURL(%q, loopback http %v) = %v, want ok %v", tc.url, tc.loopback, err, tc.ok)
+		}
+		if tc.ok {
+			continue
+		}
+		_, err = tokenauth.New(t.Context(), tokenauth.Config{Issuer: issuer, JWKSURL: tc.url, Audience: audience,
+			AllowLoopbackHTTP: tc.loopback})
+		if err == nil || !strings.Contains(err.Error(), "JWKS URL") {
+			t.Errorf("New with JWKS URL %q (loopback http %v) = %v, want a refusal naming the URL", tc.url, tc.loopback, err)
+		}
+	}
+}
+
+// The JWKS is fetched over TLS from the URL the operator named, and a redirect is not followed:
+// a JWKS URL that redirects (here to a host serving the issuer's real keys) gives no keys, and
+// new enrolments fail closed.
+func TestJWKSOverTLSAndRedirectNotFollowed(t *testing.T) {
+	t.Parallel()
+	c := testkit.NewClock(time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC))
+	is := newIssuer(t, c, "k1")
+	tlsJWKS := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/moved" {
+			http.Redirect(w, r, is.srv.URL, http.StatusFound)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.Write(is.jwks.Load().([]byte))
+	}))
+	t.Cleanup(tlsJWKS.Close)
+	host := hostKey(t, 1)
+
+	a, err := tokenauth.New(t.Context(), tokenauth.Config{Issuer: issuer, JWKSURL: tlsJWKS.URL + "/jwks.json",
+		Audience: audience, Clock: c.Now, Client: tlsJWKS.Client()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if dec := authorize(t, a, host, is.sign("k1", is.valid(host))); !dec.OK {
+		t.Fatalf("a token of the key served over https = %+v, want it admitted", dec)
+	}
+
+	moved, err := tokenauth.New(t.Context(), tokenauth.Config{Issuer: issuer, JWKSURL: tlsJWKS.URL + "/moved",
+		Audience: audience, Clock: c.Now, Client: tlsJWKS.Client()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if moved.KeysFresh() {
+		t.Fatal("a JWKS URL that redirects gave keys")
+	}
+	if n := is.fetches.Load(); n != 0 {
+		t.Fatalf("the redirect's target was fetched %d times, want 0", n)
+	}
+	wantRefused(t, authorize(t, moved, host, is.sign("k1", is.valid(host))), "keys are unavailable")
 }
