@@ -21,7 +21,8 @@ Start here:
   agentmbx send --as alice --to bob@work -m hi
   agentmbx doctor                     what is wrong, and the command that fixes it
 
-Every host command works with or without a running daemon; --home (or $MBX_HOME) picks the host.`
+Every host command works with or without a running daemon (but inbox --wait, which needs one);
+--home (or $MBX_HOME) picks the host.`
 
 // examples are the Example texts of the commands that do not set one, by command path.
 var examples = map[string]string{
