@@ -9,7 +9,7 @@ package main
 //	exec sh -c 'exec LINE' &bgN&           a line ending in &, then a wait until it serves
 //	                                       (waitdaemon HOME for a daemon, waitport for a relay)
 //	exec sh -c 'CMD' + setstdout VAR       VAR=$(CMD): later lines see $VAR
-//	relayfp FILE                           after `relay keygen > FILE`: $RELAY_FP is its key's
+//	relayfp FILE                           after `relay keygen --out FILE` (or `> FILE`): $RELAY_FP is its key's
 //	                                       fingerprint
 //
 // with two kinds of substitution only: each example address 127.0.0.1:PORT becomes a free
@@ -137,7 +137,7 @@ func readmeScript(t *testing.T, lines []string) string {
 		}
 		fmt.Fprintf(&b, "exec sh -c %s\n", quote(line))
 		if strings.Contains(line, "relay keygen") {
-			f := regexp.MustCompile(`> *(\S+?)\)?$`).FindStringSubmatch(line)
+			f := regexp.MustCompile(`(?:--out +|> *)([^\s)]+)\)?$`).FindStringSubmatch(line)
 			if f == nil {
 				t.Fatalf("README: a keygen line that writes no file: %q", raw)
 			}
@@ -215,7 +215,8 @@ func TestREADMEWalkthroughs(t *testing.T) {
 // TestREADMEScriptGeneration: the translation of README lines, on a sample.
 func TestREADMEScriptGeneration(t *testing.T) {
 	got := readmeScript(t, []string{
-		"(umask 077; agentmbx relay keygen > relay.seed)   # a comment",
+		"agentmbx relay keygen --out relay.seed   # a comment",
+		"(umask 077; agentmbx relay keygen > old.seed)",
 		"MBX_RELAY_KEY=$(cat relay.seed) agentmbx relay serve --store-dir ./relay --listen 127.0.0.1:7374 &",
 		"agentmbx daemon --home ./a &",
 		"id=$(agentmbx send --home ./a --as alice --to bob -m \"it's\")",
@@ -223,7 +224,8 @@ func TestREADMEScriptGeneration(t *testing.T) {
 		"check:stdout 'x'",
 	})
 	for _, want := range []string{
-		"exec sh -c '(umask 077; agentmbx relay keygen > relay.seed)'\nrelayfp relay.seed\n",
+		"exec sh -c 'agentmbx relay keygen --out relay.seed'\nrelayfp relay.seed\n",
+		"exec sh -c '(umask 077; agentmbx relay keygen > old.seed)'\nrelayfp old.seed\n",
 		"exec sh -c 'MBX_RELAY_KEY=$(cat relay.seed) exec agentmbx relay serve --store-dir ./relay --listen 127.0.0.1:",
 		"' &bg1&\nwaitport 127.0.0.1:",
 		"exec sh -c 'exec agentmbx daemon --home ./a' &bg2&\nwaitdaemon ./a\n",

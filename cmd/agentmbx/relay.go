@@ -53,7 +53,7 @@ func newRelayServeCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "serve [--store-dir DIR | --db URL] [--listen ADDR] [--tls-cert FILE --tls-key FILE | --acme-domain NAME] [--addr-file FILE] [--trust-proxy MODE] [--metrics-listen ADDR]",
 		Short: "Run the relay in the foreground",
-		Example: `  agentmbx relay keygen > relay.seed
+		Example: `  agentmbx relay keygen --out relay.seed
   MBX_RELAY_KEY=$(cat relay.seed) agentmbx relay serve --store-dir ./relay --listen 127.0.0.1:7374
   MBX_RELAY_KEY=$(cat relay.seed) agentmbx relay serve --store-dir /var/lib/agentmbx-relay --listen :443 --acme-domain relay.example.com
   agentmbx relay serve --store-dir ./relay --listen :7374 --tls-cert relay.crt --tls-key relay.key.pem`,
@@ -249,8 +249,8 @@ func newRelayBackupCmd() *cobra.Command {
 		Short: "Copy the relay store to FILE, online",
 		Long: `Write a consistent copy of the relay store (relay.db) to FILE with SQLite's VACUUM INTO: one
 read snapshot, which does not need the store's lock and does not hold up a relay serving the same
-store. The copy is written to a temporary file beside FILE, fsynced and renamed over it, mode
-0600. It holds ciphertext bodies and the relay's metadata, not the relay key.`,
+store. The copy is written to a temporary file beside FILE, created 0600 before its first byte,
+fsynced and renamed over it. It holds ciphertext bodies and the relay's metadata, not the relay key.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			dir, err := relayStoreDir(storeDir, "backup")

@@ -8,12 +8,16 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"net"
 	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/spf13/cobra"
 
+	"github.com/agentmbx/agentmbx/internal/fsutil"
+	"github.com/agentmbx/agentmbx/internal/shellquote"
 	"github.com/agentmbx/agentmbx/mbx"
 	"github.com/agentmbx/agentmbx/relayclient"
 	"github.com/agentmbx/agentmbx/relayserver"
@@ -41,13 +45,16 @@ func servedURL(addr, scheme string) string {
 }
 
 func newRelayKeygenCmd() *cobra.Command {
-	return &cobra.Command{
-		Use:   "keygen",
-		Short: "Print a new relay key for " + relayserver.EnvRelayKey,
-		Long: `Print a new relay private key (base64 of its 32-byte seed) on standard output, for the
-` + relayserver.EnvRelayKey + ` deploy secret that 'agentmbx relay serve' reads. Its fingerprint, and how to
-serve with it and pin it, go to standard error. Keep the private key secret.`,
-		Example: `  agentmbx relay keygen > relay.seed
+	var out string
+	cmd := &cobra.Command{
+		Use:   "keygen [--out FILE]",
+		Short: "Make a new relay key for " + relayserver.EnvRelayKey,
+		Long: `Make a new relay private key (base64 of its 32-byte seed), for the ` + relayserver.EnvRelayKey + ` deploy
+secret that 'agentmbx relay serve' reads. With --out FILE it is written to FILE, created 0600
+whatever the umask (an existing FILE is never overwritten); else it is printed on standard
+output. Its fingerprint, and how to serve with it and pin it, go to standard error. Keep the
+private key secret.`,
+		Example: `  agentmbx relay keygen --out relay.seed
   MBX_RELAY_KEY=$(cat relay.seed) agentmbx relay serve --store-dir ./relay`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -55,15 +62,50 @@ serve with it and pin it, go to standard error. Keep the private key secret.`,
 			if err != nil {
 				return err
 			}
+			where := "<the key on stdout>"
+			if out != "" {
+				if err := writeSecretFile(out, []byte(k.Seed()+"\n")); err != nil {
+					if errors.Is(err, fs.ErrExist) {
+						return hint(fmt.Errorf("relay keygen: %s exists: not overwritten", out),
+							"a relay key is a secret that hosts pin: choose another file, or remove this one if you mean to replace the key")
+					}
+					return fmt.Errorf("relay keygen: %w", err)
+				}
+				where = "$(cat " + shellquote.Quote(out) + ")"
+				fmt.Fprintf(cmd.ErrOrStderr(), "wrote the relay key to %s (0600)\n", out)
+			}
 			fp := k.Fingerprint()
 			fmt.Fprintf(cmd.ErrOrStderr(), `relay key fingerprint: %s
-serve with it:  %s=<the key on stdout> agentmbx relay serve --store-dir DIR
+serve with it:  %s=%s agentmbx relay serve --store-dir DIR
 hosts pin it:   agentmbx relay set URL --key %s
-`, fp, relayserver.EnvRelayKey, fp)
+`, fp, relayserver.EnvRelayKey, where, fp)
+			if out != "" {
+				return nil
+			}
 			_, err = fmt.Fprintln(cmd.OutOrStdout(), k.Seed())
 			return err
 		},
 	}
+	cmd.Flags().StringVar(&out, "out", "", "write the key to this new file, 0600 (refuses an existing file)")
+	return cmd
+}
+
+// writeSecretFile creates path (which must not exist) 0600 from the first byte and writes data
+// durably; on an error nothing is left at path.
+func writeSecretFile(path string, data []byte) error {
+	f, err := fsutil.CreateExclusive(path, 0o600)
+	if err != nil {
+		return err
+	}
+	_, err = f.Write(data)
+	if err == nil {
+		err = f.Sync()
+	}
+	if err = errors.Join(err, f.Close()); err != nil {
+		os.Remove(path)
+		return err
+	}
+	return fsutil.SyncDir(filepath.Dir(path))
 }
 
 // relayInfo is what `relay info --json` prints: the relay's info as served, and its fingerprint.

@@ -70,3 +70,20 @@ func SyncDir(dir string) error {
 	serr := d.Sync()
 	return errors.Join(serr, d.Close())
 }
+
+// CreateExclusive creates path, which must not exist, with mode perm from the first byte: the
+// open itself asks for perm (so no wider mode is ever visible), and the mode is then set to
+// exactly perm, before anything is written, to undo a umask that narrowed it. Secrets and backups
+// are created this way; never create wide and chmod later.
+func CreateExclusive(path string, perm os.FileMode) (*os.File, error) {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, perm)
+	if err != nil {
+		return nil, err
+	}
+	if err := f.Chmod(perm); err != nil {
+		f.Close()
+		os.Remove(path)
+		return nil, err
+	}
+	return f, nil
+}

@@ -15,16 +15,22 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/agentmbx/agentmbx/internal/failpoint"
+	"github.com/agentmbx/agentmbx/internal/fsutil"
 	"github.com/agentmbx/agentmbx/mbx"
 	"github.com/agentmbx/agentmbx/relayserver"
 	"github.com/agentmbx/agentmbx/relayserver/internal/storekit"
 )
 
+// FailBackupCopied fires in Backup once the copy is in its temporary file, before it is checked
+// and renamed over the destination.
+const FailBackupCopied = "sqlitestore.backup-copied"
+
 // Backup writes a consistent copy of the store in dir to dest with VACUUM INTO, SQLite's online
 // copy: it reads one snapshot inside a single read transaction, which under WAL never blocks the
 // running relay's writer (only checkpoints wait for it to finish). It does not take the store's
 // lock, so it is safe while a relay serves the store. The copy goes to a temporary file beside
-// dest, is checked to be a relay store, made 0600, fsynced and renamed over dest, so dest is
+// dest, created 0600 before the first byte, is checked to be a relay store, fsynced and renamed over dest, so dest is
 // either the old file or a complete backup.
 func Backup(ctx context.Context, dir, dest string) (relayserver.Meta, error) {
 	var m relayserver.Meta
@@ -37,6 +43,16 @@ func Backup(ctx context.Context, dir, dest string) (relayserver.Meta, error) {
 		return m, fmt.Errorf("sqlitestore: backup: %w", err)
 	}
 	defer removeDB(tmp) // only leftovers once renamed
+	// VACUUM INTO would create the file with SQLite's default mode (0644 less the umask), and the
+	// copy holds the store's secrets: create it empty and 0600 first (VACUUM INTO fills an empty
+	// file, and SQLite gives its journal the database's mode).
+	f, err := fsutil.CreateExclusive(tmp, 0o600)
+	if err != nil {
+		return m, fmt.Errorf("sqlitestore: backup: %w", err)
+	}
+	if err := f.Close(); err != nil {
+		return m, fmt.Errorf("sqlitestore: backup: %w", err)
+	}
 	db, err := sql.Open("sqlite", src+"?_pragma=busy_timeout(10000)")
 	if err != nil {
 		return m, fmt.Errorf("sqlitestore: backup %s: %w", src, err)
@@ -47,10 +63,11 @@ func Backup(ctx context.Context, dir, dest string) (relayserver.Meta, error) {
 	if err = errors.Join(err, cerr); err != nil {
 		return m, fmt.Errorf("sqlitestore: backup %s: %w", src, err)
 	}
+	_ = failpoint.Inject(FailBackupCopied)
 	if m, err = inspect(ctx, tmp); err != nil {
 		return m, fmt.Errorf("sqlitestore: backup %s: the copy: %w", src, err)
 	}
-	if err := syncFile(tmp, 0o600); err != nil {
+	if err := syncFile(tmp); err != nil {
 		return m, fmt.Errorf("sqlitestore: backup: %w", err)
 	}
 	if err := os.Rename(tmp, dest); err != nil {
@@ -174,7 +191,7 @@ func Restore(ctx context.Context, dir, src string, opts *RestoreOptions) (Restor
 	if err := stamp(ctx, tmp, epoch, o.Now(), filepath.Base(src), seqs); err != nil {
 		return fail(err)
 	}
-	if err := syncFile(tmp, 0o600); err != nil {
+	if err := syncFile(tmp); err != nil {
 		return fail(err)
 	}
 	// The replaced database is kept with its -wal and -shm files (a damaged store's committed
@@ -344,7 +361,7 @@ func copyFile(from, to string) error {
 		return err
 	}
 	defer in.Close()
-	out, err := os.OpenFile(to, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	out, err := fsutil.CreateExclusive(to, 0o600)
 	if err != nil {
 		return err
 	}
@@ -352,11 +369,8 @@ func copyFile(from, to string) error {
 	return errors.Join(err, out.Close())
 }
 
-// syncFile sets path's mode and fsyncs it.
-func syncFile(path string, mode os.FileMode) error {
-	if err := os.Chmod(path, mode); err != nil {
-		return err
-	}
+// syncFile fsyncs path (created 0600 by CreateExclusive, never chmodded later).
+func syncFile(path string) error {
 	f, err := os.Open(path)
 	if err != nil {
 		return err
