@@ -8,6 +8,10 @@
 // does, as its other commands do, so mbx_send still queues. mbx_wait needs the daemon and says
 // so. The agent is registered with the host on the first call.
 //
+// The agent's mail is also offered as resources, mbx://inbox and mbx://thread/{id}, that a
+// client can subscribe to: notifications/resources/updated follows each delivery into the
+// agent's mailbox, driven by the daemon's delivery-event stream (see resources.go).
+//
 // Every tool returns structured content (bodies exactly as sent) and a short text summary in
 // which another agent's text never carries control characters or bidirectional overrides
 // (they are shown as \xNN or \u{NNNN}). Inputs are checked against their JSON schemas by the

@@ -78,10 +78,14 @@ func NewServer(opts Options) (*sdk.Server, error) {
 	if opts.Version == "" {
 		opts.Version = "dev"
 	}
-	srv := sdk.NewServer(&sdk.Implementation{Name: "agentmbx", Title: "AgentMBX mail", Version: opts.Version},
-		&sdk.ServerOptions{Instructions: instructions(opts.Agent), Logger: opts.Logger})
 	t := &tools{agent: opts.Agent, connect: opts.Connect}
+	w := &watcher{t: t, logger: opts.Logger, sessions: map[*sdk.ServerSession]map[string]string{}}
+	srv := sdk.NewServer(&sdk.Implementation{Name: "agentmbx", Title: "AgentMBX mail", Version: opts.Version},
+		&sdk.ServerOptions{Instructions: instructions(opts.Agent), Logger: opts.Logger,
+			SubscribeHandler: w.subscribe, UnsubscribeHandler: w.unsubscribe})
+	w.srv = srv
 	t.register(srv)
+	w.addResources(srv)
 	return srv, nil
 }
 

@@ -26,6 +26,10 @@ mbx_thread, mbx_search and mbx_wait. The agent is --as, else $` + envAgent + `; 
 first use. Each call goes through the daemon when it runs; without it, calls use the store as
 the other commands do (mbx_send queues) and mbx_wait says the daemon is needed.
 
+The agent's mail is also offered as resources, mbx://inbox and mbx://thread/{id}; a client
+that subscribes is notified (notifications/resources/updated) as soon as new mail for the agent
+is delivered, while the daemon runs. Other agents' words are fenced as untrusted data.
+
 Register it with Claude Code:  claude mcp add agentmbx -- agentmbx mcp --as NAME`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {

@@ -33,6 +33,12 @@ type mcpChild struct {
 // connects the SDK's client to it.
 func (n *node) startMCP(agent string, byEnv bool) *mcpChild {
 	n.t.Helper()
+	return n.startMCPClient(agent, byEnv, nil, nil)
+}
+
+// startMCPClient is startMCP with the client's options.
+func (n *node) startMCPClient(agent string, byEnv bool, copts *sdk.ClientOptions, sopts *sdk.ClientSessionOptions) *mcpChild {
+	n.t.Helper()
 	args := []string{"mcp", "--home", n.home}
 	env := childEnv("MBX_HOME=/nonexistent/must-use-flag")
 	if byEnv {
@@ -46,7 +52,7 @@ func (n *node) startMCP(agent string, byEnv bool) *mcpChild {
 	cmd.Stderr = m.stderr
 	ctx, cancel := context.WithTimeout(context.Background(), e2eCmd)
 	defer cancel()
-	cs, err := sdk.NewClient(&sdk.Implementation{Name: "e2e", Version: "1"}, nil).Connect(ctx, &sdk.CommandTransport{Command: cmd}, nil)
+	cs, err := sdk.NewClient(&sdk.Implementation{Name: "e2e", Version: "1"}, copts).Connect(ctx, &sdk.CommandTransport{Command: cmd}, sopts)
 	if err != nil {
 		n.t.Fatalf("%s: start agentmbx mcp: %v\n%s", m.name, err, m.stderr.String())
 	}
