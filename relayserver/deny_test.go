@@ -2,6 +2,7 @@ package relayserver_test
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -114,16 +115,69 @@ func TestDenyClientIDRevokesItsEnrolmentsOnly(t *testing.T) {
 	// A new enrolment with the denied client_id is refused, whatever the key.
 	code, body = r.tryEnrol(newHost(t, "other", 7), "acme/cli-bad")
 	wantStatus(t, "enrolment of the denied client", code, body, http.StatusForbidden, "this client is on the relay's deny list")
-	// A weaker authority may enrol the key again but does not inherit the revoked account.
-	r.enrol(bad)
-	if e, _ := r.store.Enrolment(bg, bad.pub()); e.Account != "" || e.ClientID != "" || e.AuthorizedBy != "host-key" {
-		t.Fatalf("re-enrolled by the host-key challenge = %+v, want no account", e)
-	}
-	// The entry ends after its life: the client enrols again.
+	// Nor may the denied key enrol again by the host-key challenge (issue 25, finding 7).
+	code, body = r.tryEnrol(bad, "")
+	wantStatus(t, "host-key re-enrolment of the denied key", code, body, http.StatusForbidden, "this client is on the relay's deny list")
+	code, body = r.call(&bad, "GET", "/v2/relay/items?after=0", nil)
+	wantStatus(t, "the denied key's pull after trying", code, body, http.StatusForbidden, "deny list")
+	// The entry ends after its life: the client enrols again; the key by the host-key challenge,
+	// without inheriting the revoked account.
 	r.clock.Advance(relayserver.MinDenyFor)
 	code, body = r.tryEnrol(newHost(t, "other", 7), "acme/cli-bad")
 	if code != 200 {
 		t.Fatalf("enrolment after the entry ended = %d %s", code, body)
+	}
+	r.enrol(bad)
+	if e, _ := r.store.Enrolment(bg, bad.pub()); e.Account != "" || e.AuthorizedBy != "host-key" || !e.DeniedAt.IsZero() {
+		t.Fatalf("re-enrolled by the host-key challenge = %+v, want no account", e)
+	}
+	r.pull(bad, 0)
+}
+
+// A host-key re-enrolment before the entry does not wash the client_id off the key: the entry
+// still revokes it, and refuses its next re-enrolment (issue 25, finding 7: the other order).
+func TestDenyClientIDAfterHostKeyReEnrolment(t *testing.T) {
+	t.Parallel()
+	r := newRelay(t, func(o *relayserver.Options) { o.Authority = clientAuthority{} })
+	bad, good := newHost(t, "bad", 5), newHost(t, "good", 6)
+	if code, body := r.tryEnrol(bad, "acme/cli-bad"); code != 200 {
+		t.Fatalf("enrol: %d %s", code, body)
+	}
+	r.enrol(good)
+	r.enrol(bad) // by the host-key challenge, while the token's grant stands
+	r.deny(relayserver.DenyClient, "cli-bad", relayserver.MinDenyFor)
+	r.reloadDeny()
+	code, body := r.call(&bad, "GET", "/v2/relay/items?after=0", nil)
+	wantStatus(t, "the denied client's pull", code, body, http.StatusForbidden, "deny list")
+	code, body = r.tryEnrol(bad, "")
+	wantStatus(t, "host-key re-enrolment after the entry", code, body, http.StatusForbidden, "this client is on the relay's deny list")
+	r.pull(good, 0) // an honest host is still served
+}
+
+// Host-key re-enrolments of a key racing the relay's application of a client_id entry: whichever
+// runs first, the key ends denied and its next enrolment is refused.
+func TestDenyClientIDRacesHostKeyReEnrolment(t *testing.T) {
+	t.Parallel()
+	for i := range 10 {
+		r := newRelay(t, func(o *relayserver.Options) { o.Authority = clientAuthority{}; o.EnrolCallsPerMinute = -1 })
+		bad := newHost(t, "bad", 5)
+		if code, body := r.tryEnrol(bad, "acme/cli-bad"); code != 200 {
+			t.Fatalf("enrol: %d %s", code, body)
+		}
+		r.deny(relayserver.DenyClient, "cli-bad", relayserver.MinDenyFor)
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			for range 8 {
+				r.tryEnrol(bad, "") // 200 before the entry applies, 403 after
+			}
+		}()
+		r.reloadDeny()
+		<-done
+		code, body := r.call(&bad, "GET", "/v2/relay/items?after=0", nil)
+		wantStatus(t, fmt.Sprintf("round %d: the denied key's pull", i), code, body, http.StatusForbidden, "deny list")
+		code, body = r.tryEnrol(bad, "")
+		wantStatus(t, fmt.Sprintf("round %d: its enrolment", i), code, body, http.StatusForbidden, "deny list")
 	}
 }
 

@@ -1,6 +1,7 @@
 package relayserver
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net/http"
@@ -79,10 +80,22 @@ func (s *Server) handleEnrol(w http.ResponseWriter, r *http.Request) {
 	}
 	addr := clientKeys(r, s.opt.TrustProxy)
 	isNew := false
+	var e Enrolment
 	err = s.store.Update(r.Context(), func(tx Tx) error {
-		e := Enrolment{HostPubkey: req.Pubkey, HostName: req.Host, OwnerFP: req.OwnerFP,
+		e = Enrolment{HostPubkey: req.Pubkey, HostName: req.Host, OwnerFP: req.OwnerFP,
 			Account: dec.Account, Org: dec.Org, ClientID: dec.ClientID, AuthorizedBy: auth.Name(), AuthorityRank: auth.Rank(), EnrolledAt: now}
 		old, err := tx.Enrolment(req.Pubkey)
+		if err == nil && e.ClientID == "" {
+			// The client_id a token once proved for this key stays on it until a token proves
+			// another: the deny list must still find the key after a host-key re-enrolment.
+			e.ClientID = old.ClientID
+		}
+		// Checked again inside the unit, against the list as it is now: ReloadDeny publishes an
+		// entry before it revokes, so a unit that runs after the revocation sees the entry, and
+		// one that runs before it is revoked by it (the client_id above keeps it matching).
+		if err := s.refuseDenied(e); err != nil {
+			return err
+		}
 		switch {
 		case errors.Is(err, ErrNotFound):
 			if !s.newEnrolR.hasRoom(addr, now) {
@@ -115,6 +128,13 @@ func (s *Server) handleEnrol(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, fmt.Errorf("enrol: %w", err))
 		return
 	}
+	// An entry another replica added may have been published here while the unit ran: apply it
+	// to what was just written, as ReloadDeny would have.
+	if err := s.refuseDenied(e); err != nil {
+		s.reapplyDeny(r.Context(), e)
+		s.writeError(w, r, fmt.Errorf("enrol: %w", err))
+		return
+	}
 	if isNew {
 		// Counted once committed; racing enrolments of one address may pass the day's limit by
 		// the few that were in flight together.
@@ -124,4 +144,42 @@ func (s *Server) handleEnrol(w http.ResponseWriter, r *http.Request) {
 		logkey.Req, RequestID(r.Context()), logkey.Host, req.Host,
 		logkey.Key, mbx.Fingerprint(req.Pubkey), logkey.By, auth.Name())
 	s.writeJSON(w, http.StatusOK, mbx.OKResponse{OK: true})
+}
+
+// refuseDenied is the refusal of an enrolment the deny list matches, by its host key or by the
+// client_id it carries (proved now, or recorded before), or nil.
+func (s *Server) refuseDenied(e Enrolment) error {
+	if d, ok := s.deniedBy(e.HostPubkey, ""); ok {
+		return fmt.Errorf("%w: this host key is on the relay's deny list (%s)", ErrDenied, d)
+	}
+	if d, ok := s.deniedBy("", e.ClientID); ok {
+		return fmt.Errorf("%w: this client is on the relay's deny list (%s)", ErrDenied, d)
+	}
+	return nil
+}
+
+// reapplyDeny revokes e's enrolment by the active entries matching it (Tx.DenyRevoke changes
+// nothing where they were applied already). A failure is logged: the entry is applied on the
+// next reload of a replica that has not applied it, and the hop checks refuse nothing less.
+func (s *Server) reapplyDeny(ctx context.Context, e Enrolment) {
+	p := s.deny.active.Load()
+	if p == nil {
+		return
+	}
+	now := s.opt.Clock()
+	err := s.store.Update(context.WithoutCancel(ctx), func(tx Tx) error {
+		for _, d := range *p {
+			if d.Active(now) && d.Matches(e.HostPubkey, e.ClientID) {
+				if _, err := tx.DenyRevoke(d, now); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		s.log.Warn("applying the deny list to an enrolment failed", logkey.Key, mbx.Fingerprint(e.HostPubkey), logkey.Err, err)
+		return
+	}
+	s.polls.wake(e.HostPubkey)
 }

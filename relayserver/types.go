@@ -31,7 +31,8 @@ type Enrolment struct {
 	// Account and Org are what the enrolment authority proved ("" for the host-key challenge).
 	Account string
 	Org     string
-	// ClientID is the client_id the account token proved ("" for none); the deny list matches it.
+	// ClientID is the client_id an account token proved ("" for none); the deny list matches it.
+	// A re-enrolment that proves none keeps it.
 	ClientID string
 	// AuthorizedBy names the authority that admitted the key; AuthorityRank orders authorities
 	// so a weaker one never overwrites what a stronger one recorded.
