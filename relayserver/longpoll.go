@@ -200,3 +200,6 @@ func defaultWaitTimer(d time.Duration) (<-chan time.Time, func() bool) {
 	t := time.NewTimer(d)
 	return t.C, t.Stop
 }
+
+// Parked is the number of long polls parked right now.
+func (s *Server) Parked() int { return s.polls.len() }

@@ -152,8 +152,7 @@ func Serve(ctx context.Context, cfg ServeConfig) (err error) {
 	if err != nil {
 		return fmt.Errorf("relayserver: serve: %w", err)
 	}
-	hs := &http.Server{Handler: srv, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 2 * time.Minute,
-		WriteTimeout: 2 * time.Minute, IdleTimeout: 2 * time.Minute}
+	hs := NewHTTPServer(srv)
 	hs.RegisterOnShutdown(srv.Shutdown) // parked long polls answer now, so Shutdown does not wait for them
 	errc := make(chan error, 2)
 	if cfg.TLS != nil {
@@ -284,6 +283,12 @@ func DBLabel(dbURL string) string {
 		u.RawQuery = q.Encode()
 	}
 	return u.Redacted()
+}
+
+// NewHTTPServer is the HTTP server relay serve runs h in, with its timeouts.
+func NewHTTPServer(h http.Handler) *http.Server {
+	return &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 2 * time.Minute,
+		WriteTimeout: 2 * time.Minute, IdleTimeout: 2 * time.Minute}
 }
 
 // shutdown drains the relay: /readyz turns 503 and parked long polls answer at once

@@ -13,12 +13,16 @@ import (
 
 	"github.com/agentmbx/agentmbx/client"
 	"github.com/agentmbx/agentmbx/relayserver/pgstore/pgtest"
+	"github.com/agentmbx/agentmbx/relayserver/relaybench"
 )
 
 // TestMain lets the test binary act as the agentmbx command inside testscript scripts, so the
 // scripts in testdata/script exercise the real command line, exit codes included. The PostgreSQL
 // cluster of the replica tests, if one was started, stops after the tests.
 func TestMain(m *testing.M) {
+	if os.Getenv(relaybench.EnvLoader) != "" { // a load process of relay bench --parked
+		os.Exit(exitCode(Main(context.Background(), os.Args[1:], os.Stdin, os.Stdout, os.Stderr)))
+	}
 	testscript.Main(pgtest.Wrap(m), map[string]func(){
 		"agentmbx": func() {
 			os.Exit(exitCode(Main(context.Background(), os.Args[1:], os.Stdin, os.Stdout, os.Stderr)))

@@ -36,7 +36,8 @@ in the store, while the relay serves or not.`,
 		Args: cobra.NoArgs,
 	}
 	cmd.AddCommand(newRelayServeCmd(), newRelayKeygenCmd(), newRelayInfoCmd(),
-		newRelayBackupCmd(), newRelayBackupsCmd(), newRelayRestoreCmd(), newRelayRotateEpochCmd(), newRelayBenchCmd())
+		newRelayBackupCmd(), newRelayBackupsCmd(), newRelayRestoreCmd(), newRelayRotateEpochCmd(), newRelayBenchCmd(),
+		newRelayBenchLoadCmd())
 	cmd.AddCommand(newRelayHealthcheckCmd(), newRelayDenyCmd())
 	cmd.AddCommand(relayHostCommands()...)
 	return cmd

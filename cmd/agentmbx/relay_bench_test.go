@@ -61,8 +61,50 @@ func TestRelayBenchJSON(t *testing.T) {
 	}
 }
 
+// TestRelayBenchParkedSmoke parks 50 polls from a load process (this test binary run again) and
+// checks the report for shape and consistency, never against a speed or a size.
+func TestRelayBenchParkedSmoke(t *testing.T) {
+	out, _, err := runRelay(t, "bench", "--parked", "50", "--seconds", "0.5", "--rate", "40", "--json", "--dir", t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var r map[string]any
+	if err := json.Unmarshal([]byte(out), &r); err != nil {
+		t.Fatalf("bench --parked --json printed %q: %v", out, err)
+	}
+	num := func(k string) float64 {
+		v, ok := r[k].(float64)
+		if !ok {
+			t.Fatalf("%s = %v, want a number", k, r[k])
+		}
+		return v
+	}
+	if num("parked") != 50 || num("replicas") != 1 || num("loaders") != 1 || r["store"] != "sqlite" {
+		t.Errorf("parked, replicas, loaders, store = %v %v %v %v", r["parked"], r["replicas"], r["loaders"], r["store"])
+	}
+	if num("pushes") < 1 {
+		t.Errorf("pushes = %v, want at least one woken poll", r["pushes"])
+	}
+	if !(num("rss_bytes_idle") > 0) || !(num("rss_bytes_before") > 0) || num("idle_seconds") < 0.5 {
+		t.Errorf("rss before %v idle %v over %v s", r["rss_bytes_before"], r["rss_bytes_idle"], r["idle_seconds"])
+	}
+	if got, want := num("rss_bytes_per_parked"), (num("rss_bytes_idle")-num("rss_bytes_before"))/50; math.Abs(got-want) > 1e-6*math.Abs(want)+1e-9 {
+		t.Errorf("rss_bytes_per_parked = %v, want %v", got, want)
+	}
+	if p50, p99, top := num("wake_p50_ms"), num("wake_p99_ms"), num("wake_max_ms"); p50 < 0 || p50 > p99 || p99 > top {
+		t.Errorf("wake p50 %v, p99 %v, max %v: not ordered", p50, p99, top)
+	}
+	if _, ok := r["cross_pushes"]; ok {
+		t.Errorf("one replica reported cross-replica wakes: %v", r["cross_pushes"])
+	}
+}
+
 func TestRelayBenchRefusesBadFlags(t *testing.T) {
 	for _, args := range [][]string{
+		{"bench", "--parked", "-1"},
+		{"bench", "--parked", "10", "--replicas", "2"},
+		{"bench", "--replicas", "2"},
+		{"bench", "--parked", "10", "--rate", "0.01"},
 		{"bench", "--batch", "201"},
 		{"bench", "--batch", "0", "--seconds", "1"},
 		{"bench", "--pushers", "-1"},
