@@ -1,7 +1,7 @@
 GO ?= go
 FUZZTIME ?= 5s
 
-.PHONY: build install demo test vet fmt fuzz bench release cross abuse soak soak-selftest man
+.PHONY: build install demo test vet fmt fuzz bench release cross abuse soak soak-selftest man figures
 
 # The version stamp: git describe and the commit (internal/version reads them).
 VERSION_PKG := github.com/agentmbx/agentmbx/internal/version
@@ -49,6 +49,14 @@ fuzz:
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./...
+
+# The figures README.md and docs/ quote, measured again: the demo, relay bench, the split and
+# floor benchmarks, outbox pages, search on 100,000 messages, the abuse peaks, push pacing and
+# recovery after an outage, FIGURES_RUNS times each (in turn), into docs/figures.md with the date,
+# the machine and the ranges (internal/figures; about 7 minutes a run on 2 cores; not in CI).
+FIGURES_RUNS ?= 3
+figures:
+	GO=$(GO) $(GO) run ./internal/figures -runs $(FIGURES_RUNS) -out docs/figures.md
 
 # Release builds: static binaries (CGO_ENABLED=0; the SQLite driver is pure Go) for every
 # platform we ship, in dist/, with SHA256SUMS. `make cross` runs the same builds and discards
