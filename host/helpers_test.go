@@ -44,11 +44,20 @@ type gate struct {
 	down     bool // answer 503 without looking
 	mute     bool // close every connection without an answer, handling nothing
 	dropNext int  // handle the next n requests, then drop their answers (connection closed)
+	seen     int  // requests that reached the gate, whatever it did with them
 	next     http.Handler
+}
+
+// requests is how many requests reached the gate so far.
+func (g *gate) requests() int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.seen
 }
 
 func (g *gate) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	g.mu.Lock()
+	g.seen++
 	down, mute, drop, next := g.down, g.mute, g.dropNext > 0, g.next
 	if drop && !mute {
 		g.dropNext--

@@ -10,7 +10,7 @@ import (
 )
 
 // TestLANProbeFlushesWhenThePeerAnswers: a peer whose LAN address stopped answering leaves its
-// rows in backoff (the fake clock never moves to their next_at); while the daemon's probes run,
+// rows in backoff (the fake clock never moves to their next_at), however many probes find nothing;
 // the peer's return is noticed by a probe and its rows become due at once, then delivered.
 // Cost: well under a second (the probe schedule is shortened).
 func TestLANProbeFlushesWhenThePeerAnswers(t *testing.T) {
@@ -25,8 +25,7 @@ func TestLANProbeFlushesWhenThePeerAnswers(t *testing.T) {
 	a.probes.Start(ctx)
 	t.Cleanup(func() { cancel(); a.probes.Stop() })
 
-	addr := b.addr
-	b.stop()
+	b.gate.setMute(true) // beta's address takes connections and closes them without an answer
 	m := a.send("alice", []string{"bob@beta"}, "while away", "waits")
 	for i := range 4 {
 		if n, err := a.pass(ctx, true); err != nil || n != 1 {
@@ -40,12 +39,19 @@ func TestLANProbeFlushesWhenThePeerAnswers(t *testing.T) {
 	if r.State != outbox.StatePending || r.Attempts != 4 || !r.NextAt.After(clock.Now().Add(30*time.Second)) {
 		t.Fatalf("row = %s, %d attempts, next_at %v (now %v); want pending, 4 attempts, in backoff", r.State, r.Attempts, r.NextAt, clock.Now())
 	}
-	time.Sleep(300 * time.Millisecond) // probes find nothing meanwhile
+	// Three probes reach beta's address and get no answer: the row stays in its backoff.
+	probed := b.gate.requests()
+	for deadline := time.Now().Add(30 * time.Second); b.gate.requests() < probed+3; {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d probes of beta's address in 30 s, want 3", b.gate.requests()-probed)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 	if r := a.row(m.ID, "beta"); !r.NextAt.After(clock.Now()) {
 		t.Fatalf("the row became due while beta was still away: next_at %v", r.NextAt)
 	}
 
-	b.serve(addr)
+	b.gate.setMute(false)
 	deadline := time.Now().Add(30 * time.Second)
 	for a.row(m.ID, "beta").NextAt.After(clock.Now()) {
 		if time.Now().After(deadline) {
