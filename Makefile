@@ -36,7 +36,7 @@ fmt:
 # The race run skips the TestAbuse memory figures (the race detector's shadow memory makes peak
 # RSS meaningless); they run again without it, bounded (about a minute on 2 cores).
 test: fmt vet
-	GORACE=atexit_sleep_ms=0 $(GO) test -race -count=1 -timeout 20m ./...
+	GORACE=atexit_sleep_ms=0 $(GO) test -race -count=1 -timeout 40m ./...
 	$(GO) test -count=1 -timeout 10m -run '^TestAbuse' ./relayserver/ ./lan/
 
 # Each fuzz target for a short time ($(FUZZTIME)).

@@ -11,10 +11,12 @@ import (
 	"go.etcd.io/bbolt"
 
 	"github.com/agentmbx/agentmbx/api"
+	"github.com/agentmbx/agentmbx/checkpoint"
 	"github.com/agentmbx/agentmbx/host/mailstore"
 	"github.com/agentmbx/agentmbx/internal/logkey"
 	"github.com/agentmbx/agentmbx/mbx"
 	"github.com/agentmbx/agentmbx/outbox"
+	"github.com/agentmbx/agentmbx/quarantine"
 )
 
 // Delivery receipts, both ways.
@@ -137,22 +139,23 @@ type receiptStatus string
 // acceptReceiptTx applies one signed receipt (raw JSON {rec, sig}) from hop ("" when it came
 // through the relay) inside tx: the acceptReceipt checks, then on acceptance the rstate upsert
 // and the settling of the outbox row to done, all in tx. It returns the receipt's item id and
-// accepted, duplicate, stale or rejected:<reason>; err is a store error only (roll back).
-func (h *Host) acceptReceiptTx(tx *bbolt.Tx, item []byte, hop string) (itemID string, st receiptStatus, err error) {
+// accepted, duplicate, stale or rejected:<reason>, and for rejected the rule's error (refusal);
+// err is a store error only (roll back).
+func (h *Host) acceptReceiptTx(tx *bbolt.Tx, item []byte, hop string) (itemID string, st receiptStatus, refusal, err error) {
 	book := &receiptBook{tx: tx}
 	s, verdict, rerr := mbx.AcceptReceipt(book, item, hop)
 	if book.err != nil {
-		return "", "", book.err
+		return "", "", nil, book.err
 	}
 	itemID = s.ItemID()
 	if s.Rec.Msg == "" {
 		itemID = ""
 	}
 	if rerr != nil {
-		return itemID, receiptStatus(mbx.StatusRejectedPrefix + rerr.Error()), nil
+		return itemID, receiptStatus(mbx.StatusRejectedPrefix + rerr.Error()), rerr, nil
 	}
 	if verdict != mbx.ReceiptAccepted {
-		return itemID, receiptStatus(verdict.String()), nil
+		return itemID, receiptStatus(verdict.String()), nil, nil
 	}
 	host := s.Rec.Host()
 	r := rstateRecord{Host: host, State: s.Rec.State, Seq: s.Rec.Seq, At: s.Rec.At}
@@ -163,23 +166,46 @@ func (h *Host) acceptReceiptTx(tx *bbolt.Tx, item []byte, hop string) (itemID st
 		r.Did = *s.Rec.Did
 	}
 	if err := putJSON(tx.Bucket(bucketRState), key2(s.Rec.Msg, s.Rec.Recipient), r); err != nil {
-		return itemID, "", err
+		return itemID, "", nil, err
 	}
 	if err := mailstore.NoteKnownTx(tx, s.Rec.Recipient, host); err != nil {
-		return itemID, "", err
+		return itemID, "", nil, err
 	}
 	if _, from, err := h.ob.In(tx).Settle(s.Rec.Msg, host); err != nil {
 		if !errors.Is(err, outbox.ErrNotFound) {
-			return itemID, "", err
+			return itemID, "", nil, err
 		}
 	} else if from != outbox.StateDone && from != outbox.StatePending && from != outbox.StateRelayAccepted {
 		h.log.Info("late delivery receipt settled an ended row", logkey.Msg, s.Rec.Msg, logkey.Peer, host, logkey.Was, from.String())
 	}
 	if err := tx.Bucket(bucketMeta).Put(heardKey(host), []byte(mbx.ISOTime(h.clock()))); err != nil {
-		return itemID, "", err
+		return itemID, "", nil, err
 	}
 	tx.OnCommit(func() { h.ops.Receipt() })
-	return itemID, receiptStatus(mbx.StatusAccepted), nil
+	return itemID, receiptStatus(mbx.StatusAccepted), nil, nil
+}
+
+// receiptVerdict is the relay checkpoint's verdict for a receipt that came as an item or inside
+// a receipts envelope: accepted, a duplicate (duplicate or stale), or rejected with the cause the
+// refusal's rule names.
+func receiptVerdict(st receiptStatus, refusal error) checkpoint.Verdict {
+	switch {
+	case st == mbx.StatusAccepted:
+		return checkpoint.Accepted()
+	case refusal != nil:
+		cause := quarantine.CauseRefused
+		switch {
+		case errors.Is(refusal, mbx.ErrReceiptSignature):
+			cause = quarantine.CauseBadSignature
+		case errors.Is(refusal, mbx.ErrReceiptNotPaired):
+			cause = quarantine.CauseUnpaired
+		case errors.Is(refusal, mbx.ErrReceiptInvalid), errors.Is(refusal, mbx.ErrReceiptWire):
+			cause = quarantine.CauseMalformed
+		}
+		return checkpoint.Rejected(cause, refusal.Error())
+	default:
+		return checkpoint.Duplicate()
+	}
 }
 
 // heardKey is the meta key recording that host has sent a delivery receipt (for the wording of
@@ -198,7 +224,7 @@ func (h *Host) acceptReceipts(items []json.RawMessage, hop string) ([]mbx.Receip
 			}
 		}
 		for i, it := range items {
-			id, st, err := h.acceptReceiptTx(tx, it, hop)
+			id, st, _, err := h.acceptReceiptTx(tx, it, hop)
 			if err != nil {
 				return err
 			}

@@ -43,9 +43,12 @@ func (rh relayHost) Peers(tx *bbolt.Tx) ([]relaylink.Peer, error) {
 }
 
 // Receipt applies a delivery receipt the paired host peer pushed (acceptReceiptTx).
-func (rh relayHost) Receipt(tx *bbolt.Tx, peer string, wire []byte) (string, error) {
-	_, st, err := rh.acceptReceiptTx(tx, wire, peer)
-	return string(st), err
+func (rh relayHost) Receipt(tx *bbolt.Tx, peer string, wire []byte) (checkpoint.Verdict, error) {
+	_, st, refusal, err := rh.acceptReceiptTx(tx, wire, peer)
+	if err != nil {
+		return checkpoint.Verdict{}, err
+	}
+	return receiptVerdict(st, refusal), nil
 }
 
 // Alert leaves the alert of a row that ended undelivered in its sender's mailbox.

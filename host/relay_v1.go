@@ -1,7 +1,6 @@
 package host
 
 import (
-	"strings"
 
 	"go.etcd.io/bbolt"
 
@@ -26,15 +25,15 @@ func (h *Host) receiptsEnvelopeTx(tx *bbolt.Tx, peer PeerRecord, in *incoming) (
 	}
 	accepted := false
 	for _, w := range wires {
-		_, st, err := h.acceptReceiptTx(tx, w, peer.Host)
+		_, st, refusal, err := h.acceptReceiptTx(tx, w, peer.Host)
 		if err != nil {
 			return checkpoint.Verdict{}, err
 		}
-		switch s := string(st); {
-		case s == mbx.StatusAccepted:
+		switch v := receiptVerdict(st, refusal); v.Outcome {
+		case checkpoint.OutcomeAccepted:
 			accepted = true
-		case strings.HasPrefix(s, mbx.StatusRejectedPrefix):
-			return checkpoint.Rejected(quarantine.CauseRefused, strings.TrimPrefix(s, mbx.StatusRejectedPrefix)), nil
+		case checkpoint.OutcomeRejected:
+			return v, nil
 		}
 	}
 	if !accepted {

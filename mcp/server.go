@@ -154,6 +154,14 @@ func (t *tools) register1(ctx context.Context, h Host) error {
 }
 
 // needDaemon says clearly that a tool needs the daemon.
-func needDaemon(tool string) error {
-	return fmt.Errorf("%s needs the agentmbx daemon, and none is running on this host: start it with `agentmbx daemon` (mail only moves between hosts while it runs): %w", tool, client.ErrNoDaemon)
+func needDaemon(tool string) error { return &daemonNeeded{tool: tool} }
+
+// daemonNeeded is the refusal of a tool that only works while the daemon runs; it is a
+// client.ErrNoDaemon that already says how to start the daemon.
+type daemonNeeded struct{ tool string }
+
+func (e *daemonNeeded) Error() string {
+	return e.tool + " needs the agentmbx daemon, and none is running on this host: start it with `agentmbx daemon` (mail only moves between hosts while it runs): " + client.ErrNoDaemon.Error()
 }
+
+func (e *daemonNeeded) Unwrap() error { return client.ErrNoDaemon }

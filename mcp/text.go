@@ -255,7 +255,7 @@ func orNone(s []string) string {
 // explain makes a tool error say what to fix: the host's hint when it has one, the way to
 // start the daemon when none runs.
 func explain(err error) error {
-	if errors.Is(err, client.ErrNoDaemon) && !strings.Contains(err.Error(), "needs the agentmbx daemon") {
+	if dn := (*daemonNeeded)(nil); errors.Is(err, client.ErrNoDaemon) && !errors.As(err, &dn) {
 		return fmt.Errorf("no agentmbx daemon is running on this host; start it with `agentmbx daemon` (%w)", err)
 	}
 	var h interface{ Hint() string }

@@ -230,6 +230,10 @@ func send(ctx context.Context, s *settings, base string, r request, sign func(me
 	if err != nil {
 		return answer{}, fmt.Errorf("relayclient: %s: %w: %v", r.op, ErrInvalid, err)
 	}
+	if u.Scheme != "http" && u.Scheme != "https" {
+		// Refused here, not by the transport, so that no retry waits on a URL that cannot work.
+		return answer{}, fmt.Errorf("relayclient: %s: %w: relay URL %q is not http or https", r.op, ErrInvalid, base)
+	}
 	timeout := r.timeout
 	if timeout <= 0 {
 		timeout = s.timeout

@@ -88,9 +88,9 @@ func jittered(n int) time.Duration {
 }
 
 // retryableTransport reports whether a failure without an answer may pass on a retry: not a
-// refused certificate, not a bad URL.
+// refused certificate (send refuses a URL that is not http or https before any attempt).
 func retryableTransport(err error) bool {
-	return !errors.Is(transportError("", err), ErrUntrustedCert) && !strings.Contains(err.Error(), "unsupported protocol scheme")
+	return !errors.Is(transportError("", err), ErrUntrustedCert)
 }
 
 // retryAfter reads a Retry-After of whole seconds.

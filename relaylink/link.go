@@ -29,9 +29,10 @@ type Host interface {
 	// sender must be a paired host), with its dedup. A refusal is a rejected verdict, never an
 	// error.
 	Envelope(tx *bbolt.Tx, it checkpoint.Item) (checkpoint.Verdict, error)
-	// Receipt applies, in tx, a delivery receipt the paired host peer pushed and returns its
-	// status: accepted, duplicate, stale or rejected:<reason>.
-	Receipt(tx *bbolt.Tx, peer string, wire []byte) (string, error)
+	// Receipt applies, in tx, a delivery receipt the paired host peer pushed and returns the
+	// checkpoint's verdict: accepted, a duplicate (duplicate or stale), or rejected with the
+	// cause the refusing rule names. A refusal is a verdict, never an error.
+	Receipt(tx *bbolt.Tx, peer string, wire []byte) (checkpoint.Verdict, error)
 	// Alert leaves the alert of a row that ended undelivered in its sender's mailbox, in tx.
 	Alert(tx *bbolt.Tx, row outbox.Row) error
 	// KickOutbox wakes the outbox loop; Wake also wakes those who wait for mail. Neither blocks.

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net/http"
 	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -315,12 +314,15 @@ func batchContext(parts []part) (context.Context, context.CancelFunc) {
 	}
 }
 
+// codeRate is the relay's rejection code for a sender over its rate (spec §8).
+const codeRate = "rate"
+
 // LinkRefusal reports whether o is the relay refusing for the link, not the row (rejected:rate,
 // a 429, a 503 with Retry-After), and the pause it asks for.
 func LinkRefusal(o outbox.Outcome) (time.Duration, bool) {
 	switch o.Kind {
 	case outbox.OutcomeRejected:
-		if o.Err != nil && strings.HasSuffix(o.Err.Error(), mbx.StatusRejectedPrefix+"rate") {
+		if rf := (*Refusal)(nil); errors.As(o.Err, &rf) && rf.Code == codeRate {
 			return RatePause, true
 		}
 	case outbox.OutcomeFailed:

@@ -214,7 +214,7 @@ func TestPacerLinkRefusalAnswersTheQueue(t *testing.T) {
 	rec.answer = func(rows []outbox.Row) []outbox.Outcome {
 		out := make([]outbox.Outcome, len(rows))
 		for i := range out {
-			out[i] = outbox.Outcome{Kind: outbox.OutcomeRejected, Err: errors.New("relay: " + mbx.StatusRejectedPrefix + "rate"), Retryable: true}
+			out[i] = outbox.Outcome{Kind: outbox.OutcomeRejected, Err: &Refusal{Code: "rate"}, Retryable: true}
 		}
 		return out
 	}

@@ -40,6 +40,12 @@ func RetryableRejection(code string) bool {
 	return false
 }
 
+// A Refusal is the relay's refusal of one pushed item, under a signed push answer: Code is the
+// wire's rejection code ("rate", "quota:items", "conflict", …).
+type Refusal struct{ Code string }
+
+func (r *Refusal) Error() string { return "relay: " + mbx.StatusRejectedPrefix + r.Code }
+
 // Pusher pushes outbox rows to the pinned relay; it is an outbox.Sender. Client pushes to a v2
 // relay; V1, when set instead, to a relay that speaks only v1 (v1.go).
 type Pusher struct {
@@ -127,7 +133,7 @@ func (p *Pusher) push(ctx context.Context, rows []outbox.Row) []outbox.Outcome {
 				AcceptedAt: tr.At, Retention: p.Limits.Retention(),
 			}}
 		case tr.Verdict == relayclient.VerdictRejected:
-			out[i] = outbox.Outcome{Kind: outbox.OutcomeRejected, Err: errors.New("relay: " + mbx.StatusRejectedPrefix + tr.Code),
+			out[i] = outbox.Outcome{Kind: outbox.OutcomeRejected, Err: &Refusal{Code: tr.Code},
 				Retryable: RetryableRejection(tr.Code)}
 		default:
 			why := "no result"

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 
 	"go.etcd.io/bbolt"
 
@@ -78,29 +77,14 @@ func (rh handler) HandleReceipt(tx *bbolt.Tx, it checkpoint.Item) (checkpoint.Ve
 		return checkpoint.Rejected(quarantine.CauseMalformed, "item id is not the receipt id"), nil
 	}
 	// The pushing host must be the recipient's host (the relay checked that it signed the push).
-	st, err := rh.l.host.Receipt(tx, peer.Host, it.Wire)
+	v, err := rh.l.host.Receipt(tx, peer.Host, it.Wire)
 	if err != nil {
 		return checkpoint.Verdict{}, err
 	}
-	switch {
-	case st == mbx.StatusAccepted:
+	if v.Outcome == checkpoint.OutcomeAccepted {
 		tx.OnCommit(rh.l.host.KickOutbox)
-		return checkpoint.Accepted(), nil
-	case strings.HasPrefix(st, mbx.StatusRejectedPrefix):
-		reason := strings.TrimPrefix(st, mbx.StatusRejectedPrefix)
-		cause := quarantine.CauseRefused
-		switch {
-		case strings.Contains(reason, mbx.ErrReceiptSignature.Error()):
-			cause = quarantine.CauseBadSignature
-		case strings.Contains(reason, mbx.ErrReceiptNotPaired.Error()):
-			cause = quarantine.CauseUnpaired
-		case strings.Contains(reason, mbx.ErrReceiptInvalid.Error()), strings.Contains(reason, mbx.ErrReceiptWire.Error()):
-			cause = quarantine.CauseMalformed
-		}
-		return checkpoint.Rejected(cause, reason), nil
-	default: // duplicate, stale
-		return checkpoint.Duplicate(), nil
 	}
+	return v, nil
 }
 
 func (rh handler) HandleExpired(tx *bbolt.Tx, it checkpoint.Item) (checkpoint.Verdict, error) {

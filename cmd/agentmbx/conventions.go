@@ -82,14 +82,12 @@ func unknownCommand(cmd *cobra.Command, name string) error {
 
 // flagError turns pflag's unknown-flag errors into usage errors with the nearest flag names.
 func flagError(cmd *cobra.Command, err error) error {
-	msg := err.Error()
 	var name string
-	if n, ok := strings.CutPrefix(msg, "unknown flag: --"); ok {
-		name = n
-	} else if n, ok := strings.CutPrefix(msg, "unknown shorthand flag: "); ok {
-		// "unknown shorthand flag: 'x' in -xyz"
-		if i := strings.Index(n, " in -"); i >= 0 {
-			name = strings.TrimPrefix(n[i+len(" in "):], "-")
+	if ne := (*pflag.NotExistError)(nil); errors.As(err, &ne) {
+		// -subject typed for --subject is the shorthand group "subject": compare it whole.
+		name = ne.GetSpecifiedName()
+		if g := ne.GetSpecifiedShortnames(); g != "" {
+			name = g
 		}
 	}
 	if name == "" {

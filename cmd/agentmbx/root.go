@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"io"
-	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -15,14 +14,17 @@ import (
 // and what tests call, with their own streams.
 func Main(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	root := newRootCmd()
+	started := markStart(root)
 	root.SetArgs(args)
 	root.SetIn(stdin)
 	root.SetOut(stdout)
 	root.SetErr(stderr)
-	cmd, err := root.ExecuteContextC(ctx)
+	_, err := root.ExecuteContextC(ctx)
 	var es *exitStatus
 	if err != nil && !errors.As(err, &es) {
-		if isUsageErr(cmd, err) {
+		if !*started {
+			// cobra refused the call before the command's work began: an unknown command or
+			// flag, a wrong number of arguments, a required flag missing.
 			err = &usageError{err}
 		}
 		printErr(stderr, err)
@@ -55,16 +57,21 @@ func newRootCmd() *cobra.Command {
 	return root
 }
 
-// isUsageErr tells cobra's own argument and flag errors from the errors of a command's work.
-func isUsageErr(cmd *cobra.Command, err error) bool {
-	if cmd == nil {
-		return true
-	}
-	msg := err.Error()
-	for _, p := range []string{"unknown command", "unknown flag", "unknown shorthand flag", "accepts ", "requires ", "flag needs an argument", "invalid argument", "required flag"} {
-		if strings.Contains(msg, p) {
-			return true
+// markStart wraps the Run and RunE of every command under root so that the flag it returns is
+// set once a command's own work begins; an error before that is one of how it was called.
+func markStart(root *cobra.Command) *bool {
+	started := new(bool)
+	var walk func(c *cobra.Command)
+	walk = func(c *cobra.Command) {
+		if run := c.RunE; run != nil {
+			c.RunE = func(cmd *cobra.Command, args []string) error { *started = true; return run(cmd, args) }
+		} else if run := c.Run; run != nil {
+			c.Run = func(cmd *cobra.Command, args []string) { *started = true; run(cmd, args) }
+		}
+		for _, sub := range c.Commands() {
+			walk(sub)
 		}
 	}
-	return false
+	walk(root)
+	return started
 }

@@ -7,8 +7,10 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"strings"
 	"time"
+
+	"modernc.org/sqlite"
+	sqlite3 "modernc.org/sqlite/lib"
 
 	"github.com/agentmbx/agentmbx/relayserver"
 	"github.com/agentmbx/agentmbx/relayserver/internal/storekit"
@@ -138,8 +140,13 @@ ON CONFLICT(host_pubkey) DO UPDATE SET host_name = excluded.host_name, owner_fp 
 	return nil
 }
 
+// isUnique reports a UNIQUE or PRIMARY KEY constraint failure, by the driver's extended code.
 func isUnique(err error) bool {
-	return err != nil && strings.Contains(err.Error(), "UNIQUE constraint failed")
+	var se *sqlite.Error
+	if !errors.As(err, &se) {
+		return false
+	}
+	return se.Code() == sqlite3.SQLITE_CONSTRAINT_UNIQUE || se.Code() == sqlite3.SQLITE_CONSTRAINT_PRIMARYKEY
 }
 
 func (t *tx) LiveEnrolments() (int64, error) {
