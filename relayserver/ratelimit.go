@@ -213,6 +213,36 @@ func (t *rateTable) limiter(k rateKey, now time.Time) *rate.Limiter {
 	return e.lim
 }
 
+// inherit makes key to count in the bucket of key from, which it replaces (a rotated key takes its
+// revoked predecessor's): when to has a bucket of its own too, the emptier of the two stays. When
+// from has no bucket (forgotten once full, or never made) nothing changes. The bucket moves rather
+// than being copied, so inheriting needs no room in a full table.
+func (t *rateTable) inherit(from, to string, now time.Time) {
+	if t.burst <= 0 || from == to {
+		return
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	fe, ok := t.m[from]
+	if !ok {
+		return
+	}
+	delete(t.m, from)
+	moved := fe.Value.(*rateEntry)
+	if te, ok := t.m[to]; ok {
+		own := te.Value.(*rateEntry)
+		if moved.lim.TokensAt(now) < own.lim.TokensAt(now) {
+			own.lim = moved.lim
+		}
+		t.ll.Remove(fe)
+		t.ll.MoveToFront(te)
+		return
+	}
+	moved.key = to
+	t.m[to] = fe
+	t.ll.MoveToFront(fe)
+}
+
 func (t *rateTable) len() int {
 	t.mu.Lock()
 	defer t.mu.Unlock()

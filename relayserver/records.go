@@ -190,18 +190,38 @@ func (s *Server) handleRotate(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, fmt.Errorf("rotate: %w: the new key is on the relay's deny list (%s)", ErrDenied, d))
 		return
 	}
+	// A rotation to a key the relay does not know makes a new key, as an enrolment does: it
+	// counts against the client address's new keys of the day, so rotating escapes that limit no
+	// more than enrolling does (issue 25, finding 5).
+	now := s.opt.Clock()
+	addr := clientKeys(r, s.opt.TrustProxy)
+	_, err = s.store.Enrolment(r.Context(), rot.Rec.NewPub)
+	newKey := errors.Is(err, ErrNotFound)
+	if err != nil && !newKey {
+		s.writeError(w, r, fmt.Errorf("rotate: new key: %w", err))
+		return
+	}
+	if newKey && old.Live() && !s.newEnrolR.hasRoom(addr, now) {
+		s.writeError(w, r, fmt.Errorf("rotate: %w: new host keys from this address today", ErrRateLimited))
+		return
+	}
 	var res RotateResult
 	// Waited for even when the client goes away: a committed rotation must wake the held pulls.
 	err = s.store.Update(context.WithoutCancel(r.Context()), func(tx Tx) error {
 		var err error
 		res, err = tx.Rotate(Rotation{OldPubkey: rot.Rec.OldPub, NewPubkey: rot.Rec.NewPub,
-			HostName: rot.Rec.Host, At: s.opt.Clock()})
+			HostName: rot.Rec.Host, At: now})
 		return err
 	})
 	if err != nil {
 		s.writeError(w, r, fmt.Errorf("rotate: %w", err))
 		return
 	}
+	if newKey && old.Live() {
+		s.newEnrolR.allowAll(addr, now) // counted once committed, as an enrolment is
+	}
+	// The new key pushes in the old key's bucket: a rotation mints no fresh rate.
+	s.pushR.inherit(rot.Rec.OldPub, rot.Rec.NewPub, now)
 	s.cap.free() // repeats may have been dropped
 	// Committed: the new key's queue may have grown, and the old key's pulls learn it is revoked.
 	s.polls.wake(rot.Rec.NewPub)
