@@ -47,7 +47,7 @@ type Config struct {
 	// AllowLoopbackHTTP admits a plain http JWKSURL whose host is loopback (a test issuer, or
 	// one behind a local TLS proxy); http to any other host is refused even with it.
 	AllowLoopbackHTTP bool
-	Audience string // this relay's URL; tokens for any other audience are refused
+	Audience          string // this relay's URL; tokens for any other audience are refused
 	// Required refuses hosts without a token; otherwise they enrol by the host-key challenge, the
 	// weaker authority, and prove no account.
 	Required bool
