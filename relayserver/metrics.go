@@ -343,7 +343,7 @@ func (c *scrapeCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
-// stats returns the store's queue stats, queried at most once a second.
+// stats returns the store's queue stats, queried at most once a second (of Options.Clock).
 func (c *scrapeCollector) stats() (QueueStats, error) {
 	qsr, ok := c.s.store.(QueueStatter)
 	if !ok {
@@ -351,7 +351,7 @@ func (c *scrapeCollector) stats() (QueueStats, error) {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	now := time.Now()
+	now := c.s.opt.Clock()
 	if !c.at.IsZero() && now.Sub(c.at) < time.Second {
 		return c.last, c.err
 	}

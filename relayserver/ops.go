@@ -212,17 +212,18 @@ func (s *Server) Ready(ctx context.Context) Readiness {
 	return rd
 }
 
-// probeWrite writes the heartbeat to prove the store takes writes, at most once a second.
+// probeWrite writes the heartbeat to prove the store takes writes, at most once a second (of
+// Options.Clock).
 func (s *Server) probeWrite(ctx context.Context, now time.Time) error {
 	s.ops.probeMu.Lock()
 	defer s.ops.probeMu.Unlock()
-	if !s.ops.probeAt.IsZero() && time.Since(s.ops.probeAt) < time.Second {
+	if !s.ops.probeAt.IsZero() && s.opt.Clock().Sub(s.ops.probeAt) < time.Second {
 		return s.ops.probeErr
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
 	s.ops.probeErr = s.store.Heartbeat(ctx, now)
-	s.ops.probeAt = time.Now()
+	s.ops.probeAt = s.opt.Clock()
 	if s.ops.probeErr != nil {
 		s.log.Warn("readiness: the store refused a write", logkey.Err, s.ops.probeErr)
 	}

@@ -182,8 +182,7 @@ func TestMetricsCountKnownTraffic(t *testing.T) {
 		t.Errorf("top targets = %v, want 2 series", f)
 	}
 
-	r.clock.Advance(90 * time.Second)
-	time.Sleep(1100 * time.Millisecond) // the queue query is cached for a second
+	r.clock.Advance(90 * time.Second) // past the second the queue query is cached for
 	m = scrape(t, r.ts.URL+"/metrics", token)
 	if age := metric(m, "agentmbx_relay_queue_oldest_item_age_seconds"); age != 90 {
 		t.Errorf("oldest item age after 90 s = %v", age)
@@ -271,7 +270,7 @@ func TestHealthzAndReadyz(t *testing.T) {
 
 	// The store goes read-only: not ready, and the store error stays in the log, not the body.
 	close(fw.broken)
-	time.Sleep(1100 * time.Millisecond) // the write probe runs at most once a second
+	r.clock.Advance(1100 * time.Millisecond) // the write probe runs at most once a second
 	code, b := get(t, r.ts.URL+"/readyz")
 	if code != 503 || strings.Contains(string(b), "readonly") {
 		t.Fatalf("/readyz on a read-only store = %d %s", code, b)
