@@ -66,6 +66,11 @@ func TestParsers(t *testing.T) {
 			"settled after the last send":                                          {Unit: "s", Value: 5.678},
 			"the 1,000 sends (wall time, stall included)":                          {Unit: "s", Value: 41.234},
 		}},
+		{"notify.txt", parseNotify, 3, map[string]sample{
+			"median of 20 sends":  {Unit: "ms", Value: 28.5},
+			"fastest of 20 sends": {Unit: "ms", Value: 0.9},
+			"slowest of 20 sends": {Unit: "ms", Value: 1500},
+		}},
 		{"recovery.txt", parseRecovery, 1, map[string]sample{
 			"all 20 waiting rows delivered and receipted, after the relay and the peer came back": {Unit: "s", Value: 9.9},
 		}},
@@ -154,14 +159,15 @@ func TestParseJSONSources(t *testing.T) {
 // form the parsers expect; a changed line fails here, not at the next `make figures`.
 func TestLogLinesStillPrinted(t *testing.T) {
 	for file, phrases := range map[string][]string{
-		"../../host/mailstore/bench_test.go":       {`"generated %d messages in %s; state.db %d MiB"`},
-		"../../cmd/agentmbx/pacing_e2e_test.go":    {`"pacing: %d messages sent in %v (relay stopped`, `"pacing: settled %v after the last send; %d push requests `, `; %d items refused rejected:rate in %d refused requests; most attempts of a row %d"`},
-		"../../relayserver/abuse_pull_test.go":     {`"abuse: relay, `, `peak RSS %d MB`},
-		"../../relayserver/abuse_rss_test.go":      {`"abuse: relay, `, `peak RSS %d MB`},
-		"../../relayserver/abuse_push_rss_test.go": {`"abuse: relay, `, `peak RSS so far %d MB`, `peak RSS %d MB`},
-		"../../lan/abuse_rss_test.go":              {`"abuse: LAN, `, `peak RSS %d MB`},
-		"../../relayserver/bench_split_test.go":    {`"relay-cpu-µs/item"`, `"pusher-cpu-µs/item"`, `"units/commit"`, `"batch=%d"`},
-		"../../relayserver/bench_floor_test.go":    {`"floor-ratio"`, `"cpu-µs/item"`},
+		"../../host/mailstore/bench_test.go":           {`"generated %d messages in %s; state.db %d MiB"`},
+		"../../cmd/agentmbx/pacing_e2e_test.go":        {`"pacing: %d messages sent in %v (relay stopped`, `"pacing: settled %v after the last send; %d push requests `, `; %d items refused rejected:rate in %d refused requests; most attempts of a row %d"`},
+		"../../relayserver/abuse_pull_test.go":         {`"abuse: relay, `, `peak RSS %d MB`},
+		"../../relayserver/abuse_rss_test.go":          {`"abuse: relay, `, `peak RSS %d MB`},
+		"../../relayserver/abuse_push_rss_test.go":     {`"abuse: relay, `, `peak RSS so far %d MB`, `peak RSS %d MB`},
+		"../../cmd/agentmbx/mcp_subscribe_e2e_test.go": {`"send → notification over loopback, 20 sends: median %v, min %v, max %v"`},
+		"../../lan/abuse_rss_test.go":                  {`"abuse: LAN, `, `peak RSS %d MB`},
+		"../../relayserver/bench_split_test.go":        {`"relay-cpu-µs/item"`, `"pusher-cpu-µs/item"`, `"units/commit"`, `"batch=%d"`},
+		"../../relayserver/bench_floor_test.go":        {`"floor-ratio"`, `"cpu-µs/item"`},
 	} {
 		b, err := os.ReadFile(file)
 		if err != nil {

@@ -44,10 +44,11 @@ func shown(args ...string) func(e *runEnv) string {
 
 var (
 	pageArgs    = []string{"-run", "'^$'", "-bench", "'^BenchmarkPage100k$'", "-count=1", "./outbox"}
-	mailboxArgs = []string{"-run", "'^$'", "-bench", "'^BenchmarkMailbox100k$'", "-count=1", "./host/mailstore"}
+	mailboxArgs = []string{"-v", "-run", "'^$'", "-bench", "'^BenchmarkMailbox100k$'", "-count=1", "./host/mailstore"}
 	splitArgs   = []string{"-run", "'^$'", "-bench", "'^(BenchmarkPushSplit|BenchmarkPullSplit|BenchmarkPushFloor)$'", "-count=1", "./relayserver"}
 	abuseArgs   = []string{"-count=1", "-v", "-run", "'^TestAbuse'", "./relayserver/", "./lan/"}
 	pacingArgs  = []string{"-count=1", "-v", "-run", "'^TestE2EPushPacingBurstAndStall$'", "./cmd/agentmbx"}
+	notifyArgs  = []string{"-count=1", "-v", "-run", "'^TestE2EMCPSubscriptionWakesTheAgent$'", "./cmd/agentmbx"}
 )
 
 // unquote drops the shell quotes of the shown arguments for exec.
@@ -126,6 +127,14 @@ var sources = []*source{
 		command: shown(pacingArgs...),
 		measure: goTest(unquote(pacingArgs)...),
 		parse:   parsePacing,
+	},
+	{
+		name:    "mcp-notify",
+		title:   "MCP: from mbx_send on one host to the resource notification on another",
+		backs:   "README \"Woken by new mail\"",
+		command: shown(notifyArgs...),
+		measure: goTest(unquote(notifyArgs)...),
+		parse:   parseNotify,
 	},
 	{
 		name:  "recovery",
@@ -440,6 +449,24 @@ func parsePacing(out []byte) ([]sample, error) {
 		{"the 1,000 sends (wall time, stall included)", "s", sent.Seconds()},
 		{"settled after the last send", "s", settled.Seconds()},
 	}, nil
+}
+
+var notifyLine = regexp.MustCompile(`send → notification over loopback, (\d+) sends: median (\S+), min (\S+), max (\S+)`)
+
+func parseNotify(out []byte) ([]sample, error) {
+	m := notifyLine.FindSubmatch(out)
+	if m == nil {
+		return nil, fmt.Errorf("no 'send → notification over loopback, N sends: median …' line in the output")
+	}
+	var s []sample
+	for i, what := range []string{"median", "fastest", "slowest"} {
+		d, err := time.ParseDuration(string(m[2+i]))
+		if err != nil {
+			return nil, err
+		}
+		s = append(s, sample{fmt.Sprintf("%s of %s sends", what, m[1]), "ms", float64(d) / float64(time.Millisecond)})
+	}
+	return s, nil
 }
 
 var recoveryLine = regexp.MustCompile(`recovery: all (\d+) waiting rows delivered and receipted (\S+) after`)
