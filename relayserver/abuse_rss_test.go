@@ -77,7 +77,7 @@ func TestAbuseRelayHeldBodies(t *testing.T) {
 	base := testkit.ProcKB(t, c.cmd.Process.Pid, "VmRSS")
 	addr := strings.TrimPrefix(c.url, "http://")
 	conns := make(chan net.Conn, 400)
-	for _, wave := range []struct {
+	for wi, wave := range []struct {
 		name string
 		h    host
 	}{{"unenrolled key", mallory}, {"enrolled key", mallory}} {
@@ -96,8 +96,9 @@ func TestAbuseRelayHeldBodies(t *testing.T) {
 		for code := range answered {
 			codes[code]++
 		}
-		// Enrolled hosts are served while the connections are held.
-		id := fmt.Sprintf("01KKNTQ69NA67N0QBPXKXFN5%02d", len(codes))
+		// Enrolled hosts are served while the connections are held (one new item a wave: an id
+		// pushed before would be answered "duplicate").
+		id := fmt.Sprintf("01KKNTQ69NA67N0QBPXKXFN5%02d", wi)
 		body := mustJSON(t, mbx.PushRequest{Items: []mbx.PushItem{envItem(id, b)}})
 		if code, out, err := c.call(&a, "POST", "/v2/relay/items", body); err != nil || code != 200 || !strings.Contains(string(out), `"accepted"`) {
 			t.Errorf("push by an enrolled host during the attack = %d %s %v", code, out, err)
