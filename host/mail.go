@@ -21,6 +21,7 @@ type Service interface {
 	api.RelayService
 	api.CardIssuer
 	api.EventService
+	api.NoticeService
 	api.DaemonService
 	api.QuarantineService
 	api.IDResolver

@@ -62,6 +62,7 @@ var examples = map[string]string{
   agentmbx search invoice --limit 5 --json`,
 	"agentmbx reply":              `  agentmbx reply 01KBN3V4Q0X5J8Y9Z0A1B2C3D4 --as bob -m "on it"`,
 	"agentmbx mcp":                `  agentmbx mcp --as alice      # an MCP server on stdin/stdout for an agent's client`,
+	"agentmbx notify":             `  agentmbx notify --as claude-1 --format claude-code   # as a UserPromptSubmit hook`,
 	"agentmbx relay backup":       `  agentmbx relay backup /backups/relay-$(date +%F).db --store-dir /var/lib/agentmbx-relay`,
 	"agentmbx relay restore":      `  agentmbx relay restore /backups/relay-2026-12-01.db --store-dir /var/lib/agentmbx-relay`,
 	"agentmbx relay rotate-epoch": `  agentmbx relay rotate-epoch --store-dir /var/lib/agentmbx-relay`,

@@ -46,7 +46,7 @@ func newRootCmd() *cobra.Command {
 	root.AddCommand(newInitCmd(), newDaemonCmd(), newIDCmd())
 	root.AddCommand(newSendCmd(), newInboxCmd(), newReadCmd(), newAckCmd())
 	root.AddCommand(newSentCmd(), newOutboxCmd())
-	root.AddCommand(newThreadCmd(), newSearchCmd(), newReplyCmd(), newMCPCmd())
+	root.AddCommand(newThreadCmd(), newSearchCmd(), newReplyCmd(), newMCPCmd(), newNotifyCmd())
 	root.AddCommand(newAgentsCmd(), newPeersCmd())
 	root.AddCommand(newPairCmd(), newJoinCmd())
 	root.AddCommand(newRelayCmd())

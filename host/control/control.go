@@ -29,8 +29,9 @@ const (
 // error's Hint method, if any). A host daemon serves it on its socket.
 //
 // The pairing routes are served when pairing is not nil, the relay routes when svc also
-// implements api.RelayService, GET /v1/card when it implements api.CardIssuer and GET
-// /v1/events when it implements api.EventService.
+// implements api.RelayService, GET /v1/card when it implements api.CardIssuer, GET
+// /v1/events when it implements api.EventService and POST /v1/notices when it implements
+// api.NoticeService.
 func NewHandler(svc api.Service, pairing api.PairingService) http.Handler {
 	h := &handler{svc: svc, pair: pairing}
 	h.coder, _ = svc.(api.ErrorCoder)
@@ -69,6 +70,7 @@ var routes = map[string]map[string]route{
 	"/v1/reply":        {http.MethodPost: (*handler).reply},
 	"/v1/agents/known": {http.MethodGet: (*handler).knownAgents},
 	"/v1/events":       {http.MethodGet: (*handler).events},
+	"/v1/notices":      {http.MethodPost: (*handler).notices},
 
 	"/v1/pair":         {http.MethodGet: (*handler).pairStatus},
 	"/v1/pair/start":   {http.MethodPost: (*handler).pairStart},

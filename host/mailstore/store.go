@@ -26,9 +26,14 @@ var (
 	// for the copies they held (read as 0).
 	bucketDeliveries = []byte("deliveries")
 
+	// bucketNoticed marks the new mail a notice has announced (agent ‖ msg id → ""): copies in
+	// state delivered only, so it holds no more than the fresh index does.
+	bucketNoticed = []byte("noticed")
+
 	// Buckets are the store's buckets in the host's bbolt file: messages, mbox, unread,
-	// deliveries and the indexes (IndexBuckets). The host creates them when it opens the file.
-	Buckets = append([][]byte{bucketMessages, bucketMbox, bucketUnread, bucketDeliveries}, IndexBuckets...)
+	// deliveries, noticed and the indexes (IndexBuckets). The host creates them when it opens
+	// the file.
+	Buckets = append([][]byte{bucketMessages, bucketMbox, bucketUnread, bucketDeliveries, bucketNoticed}, IndexBuckets...)
 )
 
 // Message is a messages bucket value: the plaintext of a message some local agent holds (mail
