@@ -1,7 +1,6 @@
 package host
 
 import (
-
 	"go.etcd.io/bbolt"
 
 	"github.com/agentmbx/agentmbx/checkpoint"
