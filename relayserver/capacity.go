@@ -27,9 +27,10 @@ const (
 	capacityRecheck = 30 * time.Second
 )
 
-// capacity keeps an upper bound of what all queues hold, to hold the relay-wide limits without a
-// query per push: pushes add to it before their unit commits (and give back what did not get
-// stored), deletions are not subtracted, so it only over-counts. Only when it says full are the
+// capacity keeps an upper bound of what all queues hold, and of the dedup rows (DedupRowBytes each
+// on the byte limit: a tombstone takes disk as long as it lives), to hold the relay-wide limits
+// without a query per push: pushes add to it before their unit commits (and give back what did
+// not get stored), deletions are not subtracted, so it only over-counts. Only when it says full are the
 // totals read again from the store, if something was freed since the last read (or a while has
 // passed).
 type capacity struct {
@@ -67,11 +68,45 @@ func (c *capacity) fits(n, b int64) bool {
 
 // reload reads the totals from the store. Called with c.mu held.
 func (c *capacity) reload(ctx context.Context, now time.Time) {
-	t, err := c.store.Totals(ctx)
+	t, err := heldTotals(ctx, c.store)
 	if err != nil {
 		return // keep the bound; a later push tries again
 	}
 	c.items, c.bytes, c.readAt, c.freed = t.Items, t.Bytes, now, false
+}
+
+// full reports whether the relay is at one of its limits, or within a small item of it (for the
+// sweep, which then prunes dedup rows down to the honest retry horizon). The totals are read
+// again first when the bound says so, since it over-counts.
+func (c *capacity) full(ctx context.Context, now time.Time) bool {
+	if c.maxItems <= 0 && c.maxBytes <= 0 {
+		return false
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	const room = DedupRowBytes + 1024
+	if c.fits(1, room) {
+		return false
+	}
+	c.reload(ctx, now)
+	return !c.fits(1, room)
+}
+
+// heldTotals is what the relay-wide limits count: the queues' items, and their wire bytes plus
+// DedupRowBytes for every dedup row (tombstones included) when the store counts them.
+func heldTotals(ctx context.Context, store Store) (Counts, error) {
+	t, err := store.Totals(ctx)
+	if err != nil {
+		return t, err
+	}
+	if ur, ok := store.(UsageReporter); ok {
+		n, err := ur.DedupRows(ctx)
+		if err != nil {
+			return t, err
+		}
+		t.Bytes += n * DedupRowBytes
+	}
+	return t, nil
 }
 
 // give returns what take counted for items that were not stored.
@@ -109,7 +144,7 @@ func (s *Server) takeCapacity(ctx context.Context, work []*pushWork, now time.Ti
 		var c Counts
 		for _, t := range it.targets {
 			c.Items++
-			c.Bytes += int64(len(t.wire))
+			c.Bytes += int64(len(t.wire)) + DedupRowBytes // the wire, and the dedup row that outlives it
 		}
 		if low || !s.cap.take(ctx, c.Items, c.Bytes, now) {
 			it.noRoom = true
@@ -142,7 +177,7 @@ func diskCapacity(ctx context.Context, store Store, dir string, opt Options) (it
 		return 0, 0
 	}
 	free, ok := fsutil.FreeSpace(dir)
-	held, err := store.Totals(ctx)
+	held, err := heldTotals(ctx, store)
 	if !ok || err != nil {
 		opt.Logger.Warn("relay-wide capacity: cannot read the free disk space, no limit", logkey.Dir, dir)
 		return 0, 0

@@ -41,12 +41,12 @@ func TestRelayWideCapacity(t *testing.T) {
 	r.enrol(newHost(t, "delta", 4))
 }
 
-// The byte limit counts every target's wire bytes, and survives a restart (the totals are read
-// from the store).
+// The byte limit counts every target's wire bytes and its dedup row, and survives a restart (the
+// totals are read from the store).
 func TestRelayWideByteLimitAcrossRestart(t *testing.T) {
 	t.Parallel()
 	r, a, b, _ := setup(t, func(o *relayserver.Options) {
-		o.MaxRelayBytes = 2 * int64(len(envWire("01KKNTQ69NA67N0QBPXKXFN521", "")))
+		o.MaxRelayBytes = 2 * (int64(len(envWire("01KKNTQ69NA67N0QBPXKXFN521", ""))) + relayserver.DedupRowBytes)
 	})
 	for i, want := range []string{"accepted", "accepted", "rejected:quota:relay"} {
 		id := "01KKNTQ69NA67N0QBPXKXFN52" + string(rune('1'+i))

@@ -3,6 +3,7 @@ package relayserver
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -41,7 +42,16 @@ type DenyEntry struct {
 	AddedAt time.Time
 	Until   time.Time
 	Note    string
+	// ReclaimAt is when the operator last asked to reclaim what the store holds for the keys the
+	// entry revoked (`agentmbx relay reclaim`; zero: never); ReclaimedAt when a relay did it, and
+	// Reclaimed what it deleted then. A reclaim is to do while ReclaimAt is after ReclaimedAt.
+	ReclaimAt   time.Time
+	ReclaimedAt time.Time
+	Reclaimed   ReclaimResult
 }
+
+// ReclaimPending reports whether the entry asks for a reclaim no relay has done yet.
+func (d DenyEntry) ReclaimPending() bool { return d.ReclaimAt.After(d.ReclaimedAt) }
 
 // Active reports whether the entry is in force at now.
 func (d DenyEntry) Active(now time.Time) bool { return d.Until.IsZero() || now.Before(d.Until) }
@@ -169,10 +179,94 @@ func (s *Server) ReloadDeny(ctx context.Context) error {
 			delete(s.deny.applied, k)
 		}
 	}
+	for _, d := range active {
+		if !d.ReclaimPending() {
+			continue
+		}
+		keys, res, ok, err := ApplyReclaim(ctx, s.store, d, now)
+		if err != nil {
+			return fmt.Errorf("relayserver: reclaim for deny entry %s: %w", d, err)
+		}
+		if ok {
+			s.cap.free()
+			woke = true
+			s.log.Warn("reclaimed the space of denied keys", logkey.DenyEntry, d.String(), logkey.Revoked, len(keys),
+				logkey.ReclaimedItems, res.Items, logkey.ReclaimedBytes, res.Bytes, logkey.DedupRows, res.DedupRows)
+		}
+	}
 	if woke {
 		s.polls.wakeAll()
 	}
 	return nil
+}
+
+// RequestReclaim asks for a reclaim of what store holds for the keys the entry of kind and value
+// (a fingerprint in any form) revoked: a running relay does it within its Options.DenyPollEvery
+// (ReloadDeny), or the caller with ApplyReclaim. It returns the entry: ErrNotFound when there is
+// none, ErrBadRequest when it has ended (its keys may have enrolled again).
+func RequestReclaim(ctx context.Context, store DenyStore, kind DenyKind, value string, now time.Time) (DenyEntry, error) {
+	if kind == DenyHost {
+		fp, err := mbx.ParseFingerprint(value)
+		if err != nil {
+			return DenyEntry{}, fmt.Errorf("%w: %w", ErrBadRequest, err)
+		}
+		value = fp
+	}
+	l, err := store.DenyList(ctx)
+	if err != nil {
+		return DenyEntry{}, err
+	}
+	i := slices.IndexFunc(l, func(d DenyEntry) bool { return d.Kind == kind && d.Value == value })
+	if i < 0 {
+		return DenyEntry{}, fmt.Errorf("deny entry %s %s: %w", kind, value, ErrNotFound)
+	}
+	entry := l[i]
+	if !entry.Active(now) {
+		return entry, fmt.Errorf("%w: deny entry %s ended at %s: its keys may have enrolled again", ErrBadRequest, entry, mbx.ISOTime(entry.Until))
+	}
+	err = store.UpdateDeny(ctx, func(w DenyWriter) error {
+		ok, err := w.MarkReclaim(kind, value, now)
+		if err == nil && !ok {
+			err = fmt.Errorf("deny entry %s %s: %w", kind, value, ErrNotFound)
+		}
+		return err
+	})
+	entry.ReclaimAt = now
+	return entry, err
+}
+
+// ApplyReclaim does the reclaim entry d asks for (DenyEntry.ReclaimPending) on store, in one
+// unit: it revokes the live enrolments d matches (as applying d does), then deletes what the store
+// holds for every key d revoked (Tx.Reclaim) and records the result in the entry. ok is false when
+// there was nothing to do (another relay sharing the store took it first). A relay runs it from
+// ReloadDeny; `agentmbx relay reclaim` runs it itself when no relay serves the SQLite store.
+func ApplyReclaim(ctx context.Context, store Store, d DenyEntry, now time.Time) (keys []string, res ReclaimResult, ok bool, err error) {
+	err = store.Update(ctx, func(tx Tx) error {
+		keys, res, ok = nil, ReclaimResult{}, false
+		took, err := tx.TakeReclaim(d.Kind, d.Value, now)
+		if err != nil || !took {
+			return err
+		}
+		if _, err := tx.DenyRevoke(d, now); err != nil {
+			return err
+		}
+		if keys, err = tx.DeniedKeys(d); err != nil {
+			return err
+		}
+		for _, k := range keys {
+			r, err := tx.Reclaim(k)
+			if err != nil {
+				return err
+			}
+			res.Add(r)
+		}
+		ok = true
+		return tx.ReclaimDone(d.Kind, d.Value, res)
+	})
+	if err != nil {
+		return nil, ReclaimResult{}, false, err
+	}
+	return keys, res, ok, nil
 }
 
 // RunDenyWatch reloads the deny list every Options.DenyPollEvery until ctx ends.
@@ -207,6 +301,8 @@ type DenyWriter interface {
 	PutDeny(d DenyEntry) error
 	// DeleteDeny deletes the entry of kind and value and reports whether there was one.
 	DeleteDeny(kind DenyKind, value string) (bool, error)
+	// MarkReclaim sets ReclaimAt of the entry of kind and value and reports whether there is one.
+	MarkReclaim(kind DenyKind, value string, at time.Time) (bool, error)
 }
 
 // DenyStore is what the operator's deny commands use: a store's deny list and an atomic write of

@@ -392,6 +392,9 @@ type admissions map[string]*Admission
 
 // add counts an inserted item of n bytes for target in.
 func (adm admissions) add(target string, n int64) {
+	for _, b := range adm {
+		b.SenderDedup++ // one sender per push: every target's admission counts its dedup rows
+	}
 	a := adm[target]
 	if a == nil {
 		return
@@ -408,7 +411,7 @@ func (adm admissions) add(target string, n int64) {
 }
 
 // quotaCode is the rejection of an item of n bytes that would take the target's queue, the sender's
-// share of it, or the target's proven account over its limits (docs/design.md: Quotas and bounds);
+// share of it, the sender's dedup rows, or the target's proven account over its limits (docs/design.md: Quotas and bounds);
 // "" when it fits. An unproven owner claim is never charged.
 func (s *Server) quotaCode(a Admission, n int64) string {
 	u := a.Usage
@@ -421,6 +424,8 @@ func (s *Server) quotaCode(a Admission, n int64) string {
 		return RejectSenderItems
 	case u.Sender.Bytes+n > s.lim.MaxSenderBytes:
 		return RejectSenderBytes
+	case s.opt.MaxSenderDedup > 0 && a.SenderDedup+1 > s.opt.MaxSenderDedup:
+		return RejectSenderDedup
 	}
 	if a.Target.Account == "" {
 		return ""

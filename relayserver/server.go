@@ -67,6 +67,10 @@ type Options struct {
 	// them from the store disk's free space at start, see DiskShare).
 	MaxRelayItems int64
 	MaxRelayBytes int64
+	// MaxSenderDedup caps the dedup rows one sender key holds (tombstones included); past it its
+	// pushes get rejected:quota:sender_dedup (retryable) until the sweep prunes its rows past
+	// HonestRetryHorizon. Default DefaultMaxSenderDedup; negative: no cap.
+	MaxSenderDedup int64
 	// MaxWait caps the long-poll wait of a pull (GET /v2/relay/items?wait=seconds); longer waits
 	// are cut to it, and /v2/relay/info announces it as limits.max_wait. Default DefaultMaxWait;
 	// negative disables long polling (every pull answers at once).
@@ -205,6 +209,9 @@ func New(ctx context.Context, store Store, opt Options) (*Server, error) {
 	}
 	if opt.MaxEnrolments <= 0 {
 		opt.MaxEnrolments = mbx.MaxEnrolments
+	}
+	if opt.MaxSenderDedup == 0 {
+		opt.MaxSenderDedup = DefaultMaxSenderDedup
 	}
 	if opt.MaxWait == 0 {
 		opt.MaxWait = DefaultMaxWait

@@ -114,7 +114,8 @@ type Tx interface {
 	// Admission reads, from the transaction's state and in one go, everything the relay checks
 	// before it inserts an item of sender for target: the dedup row of (sender, itemID, target),
 	// the target's enrolment, whether the target accepts sender, and the counts its quotas need.
-	// It equals Dedup, Enrolment, SenderAllowed, Usage and AccountUsage called in turn.
+	// It equals Dedup, Enrolment, SenderAllowed, Usage and AccountUsage called in turn, plus the
+	// dedup rows charged to sender (SenderDedup).
 	Admission(sender, itemID, target string) (Admission, error)
 	// Dedup returns the dedup row of (sender, itemID, target), or ErrNotFound.
 	Dedup(sender, itemID, target string) (Dedup, error)
@@ -158,7 +159,22 @@ type Tx interface {
 	//     old key's head and acked_through stay as they were.
 	Rotate(r Rotation) (RotateResult, error)
 
+	// Reclaim deletes what the store holds for pubkey (docs/relay.md: Disk usage): the items
+	// queued for it, the items it queued for others, its dedup rows as a sender, its enc-key ad
+	// and its allowlist (and the key from other targets' allowlists stays). The usage counters
+	// follow. Its enrolment, head and acked_through stay, so its seqs are never reused; the
+	// dedup rows of other senders' items for it stay, charged to them.
+	Reclaim(pubkey string) (ReclaimResult, error)
+
 	DenyWriter
+	// TakeReclaim marks the reclaim the entry of kind and value asks for (DenyEntry.ReclaimAt)
+	// as done at at, and reports whether it was still to do: on a store shared by several
+	// relays, exactly one takes it.
+	TakeReclaim(kind DenyKind, value string, at time.Time) (bool, error)
+	// ReclaimDone records what the reclaim of the entry of kind and value deleted.
+	ReclaimDone(kind DenyKind, value string, res ReclaimResult) error
+	// DeniedKeys returns the keys of the enrolments the deny list revoked that d matches.
+	DeniedKeys(d DenyEntry) ([]string, error)
 	// DenyRevoke sets DeniedAt to at on every enrolment that d matches (by host key fingerprint
 	// or client_id) and that is live and not denied already, and returns their keys.
 	DenyRevoke(d DenyEntry, at time.Time) ([]string, error)
@@ -178,8 +194,10 @@ type Expiry interface {
 	// Deleting an item that is not there does nothing and returns 0.
 	DeleteItem(target string, seq int64) (int64, error)
 	// PruneDedup deletes up to limit dedup rows accepted at or before acceptedBefore whose item
-	// is no longer queued, and returns how many went.
-	PruneDedup(acceptedBefore time.Time, limit int) (int64, error)
+	// is no longer queued, oldest first, and returns how many went. With minRows > 0 only the
+	// rows of senders holding at least minRows dedup rows go (a sender over its cap). The
+	// senders' dedup counters follow.
+	PruneDedup(acceptedBefore time.Time, minRows int64, limit int) (int64, error)
 }
 
 // WirePuller is implemented by a Store that can read a page with only what a pull answer carries:

@@ -27,24 +27,31 @@ const (
 // queues for the envelope's sender a kind "expired" notice signed by the relay key (sender = the
 // relay key, item id mbx.ExpiryNoticeItemID, exempt from sender shares but not from the sender's
 // own queue caps); expired receipts and notices go silently. It also prunes up to the same number
-// of dedup rows past the dedup horizon. After the commit it wakes the pulls parked for the senders
+// of dedup rows past the dedup horizon, and, of senders over Options.MaxSenderDedup (of every
+// sender while the relay is at its relay-wide limits), rows past HonestRetryHorizon. After the commit it wakes the pulls parked for the senders
 // that got notices. The report's counts say whether another batch may be waiting (Expired totals
 // equal to the batch size).
 func (s *Server) Sweep(ctx context.Context) (mbx.SweepReport, error) {
 	now := s.opt.Clock()
 	var rep mbx.SweepReport
 	var woken []string
+	var early int64
+	full := s.cap.full(ctx, now)
 	// Once queued, the unit is waited for even when ctx ends: it writes rep and woken, and a
 	// committed sweep must wake the pulls of the senders it queued notices for.
 	err := s.store.Update(context.WithoutCancel(ctx), func(tx Tx) error {
-		rep, woken = mbx.SweepReport{}, nil
-		return s.sweepTx(tx, now, &rep, &woken)
+		rep, woken, early = mbx.SweepReport{}, nil, 0
+		return s.sweepTx(tx, now, full, &rep, &woken, &early)
 	})
 	rep.V, rep.Type, rep.At, rep.RetentionDays = 1, "relay-sweep", mbx.ISOTime(now), s.lim.RetentionDays
 	if err != nil {
 		return rep, fmt.Errorf("relayserver: sweep: %w", err)
 	}
 	s.cap.free()
+	if early > 0 {
+		s.log.Warn("pruned dedup rows at the honest retry horizon: senders over their cap, or the relay full",
+			logkey.DedupPrunedEarly, early, logkey.Full, full)
+	}
 	for _, k := range woken {
 		s.polls.wake(k)
 	}
@@ -52,8 +59,9 @@ func (s *Server) Sweep(ctx context.Context) (mbx.SweepReport, error) {
 	return rep, nil
 }
 
-// sweepTx is the unit of one sweep.
-func (s *Server) sweepTx(tx Tx, now time.Time, rep *mbx.SweepReport, woken *[]string) error {
+// sweepTx is the unit of one sweep; full says the relay is at its relay-wide limits. early
+// counts the dedup rows pruned before the full horizon.
+func (s *Server) sweepTx(tx Tx, now time.Time, full bool, rep *mbx.SweepReport, woken *[]string, early *int64) error {
 	relay := s.key.PublicKey()
 	items, err := tx.ExpiredItems(now, s.opt.SweepBatch)
 	if err != nil {
@@ -85,9 +93,29 @@ func (s *Server) sweepTx(tx Tx, now time.Time, rep *mbx.SweepReport, woken *[]st
 			*woken = append(*woken, it.Sender)
 		}
 	}
-	pruned, err := tx.PruneDedup(now.Add(-(2*s.lim.Retention() + DedupGrace)), s.opt.SweepBatch)
+	pruned, err := tx.PruneDedup(now.Add(-(2*s.lim.Retention() + DedupGrace)), 0, s.opt.SweepBatch)
 	if err != nil {
 		return err
+	}
+	rep.DedupPruned = pruned
+	// Senders over their cap of dedup rows, and everyone while the relay is full, keep their rows
+	// only for the honest retry horizon (docs/design.md: Quotas and bounds).
+	honest := now.Add(-HonestRetryHorizon(s.lim.Retention()))
+	if s.opt.MaxSenderDedup > 0 && pruned < int64(s.opt.SweepBatch) {
+		n, err := tx.PruneDedup(honest, s.opt.MaxSenderDedup, s.opt.SweepBatch-int(pruned))
+		if err != nil {
+			return err
+		}
+		*early += n
+		pruned += n
+	}
+	if full && pruned < int64(s.opt.SweepBatch) {
+		n, err := tx.PruneDedup(honest, 0, s.opt.SweepBatch-int(pruned))
+		if err != nil {
+			return err
+		}
+		*early += n
+		pruned += n
 	}
 	rep.DedupPruned = pruned
 	return nil

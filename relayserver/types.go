@@ -172,4 +172,7 @@ type Admission struct {
 	// Account is what the queues of all live hosts of the target's proven account hold (zero
 	// when the target proved none).
 	Account Counts
+	// SenderDedup counts the dedup rows the sender holds, for all targets (its tombstones
+	// included): what Options.MaxSenderDedup caps.
+	SenderDedup int64
 }

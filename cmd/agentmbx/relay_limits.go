@@ -14,6 +14,7 @@ type limitFlags struct {
 	responseBudget                 int64
 	perClient, enrolPerDay         int
 	pushesPerMinute                int
+	maxSenderDedup                 int64
 }
 
 func (l *limitFlags) add(cmd *cobra.Command) {
@@ -27,7 +28,9 @@ func (l *limitFlags) add(cmd *cobra.Command) {
 	f.Int64Var(&l.maxItems, "max-relay-items", 0,
 		"items all queues may hold together, past which pushes get rejected:quota:relay (0: from the free disk space at start; -1: no limit)")
 	f.Int64Var(&l.maxBytes, "max-relay-bytes", 0,
-		"wire bytes all queues may hold together (0: from the free disk space at start; -1: no limit)")
+		"wire bytes all queues may hold together, with 160 for each dedup row (0: from the free disk space at start; -1: no limit)")
+	f.Int64Var(&l.maxSenderDedup, "max-sender-dedup", relayserver.DefaultMaxSenderDedup,
+		"dedup rows (tombstones included) one sender key may hold, past which its pushes get rejected:quota:sender_dedup (-1: no limit)")
 	f.IntVar(&l.enrolPerDay, "new-enrolments-per-day", relayserver.DefaultNewEnrolmentsPerDay,
 		"new host keys one client address may enrol a day (-1: no limit)")
 	f.IntVar(&l.pushesPerMinute, "pushes-per-minute", mbx.PushesPerMinute,
@@ -41,5 +44,6 @@ func (l *limitFlags) apply(o relayserver.Options) relayserver.Options {
 	o.MaxRelayItems, o.MaxRelayBytes = l.maxItems, l.maxBytes
 	o.NewEnrolmentsPerDay = l.enrolPerDay
 	o.PushesPerMinute = l.pushesPerMinute
+	o.MaxSenderDedup = l.maxSenderDedup
 	return o
 }

@@ -74,11 +74,16 @@ const (
 	DenyEntry          = "entry"                // a deny-list entry
 	By                 = "by"                   // the enrolment authority that decided
 	DedupPruned        = "dedup_pruned"         // dedup rows a sweep pruned
+	DedupPrunedEarly   = "dedup_pruned_early"   // of those, rows pruned at the honest retry horizon
+	DedupRows          = "dedup_rows"           // dedup rows (a reclaim deleted, a store holds)
+	ReclaimedItems     = "reclaimed_items"      // queued items a reclaim deleted
+	ReclaimedBytes     = "reclaimed_bytes"      // their wire bytes
 	Dir                = "dir"                  // a store directory
 	ExpiredEnvelopes   = "expired_envelopes"    // envelopes a sweep expired
 	ExpiredNotices     = "expired_notices"      // expiry notices a sweep expired
 	ExpiredReceipts    = "expired_receipts"     // receipts a sweep expired
 	Free               = "free"                 // free bytes on a store's disk
+	Full               = "full"                 // whether the relay was at its relay-wide limits
 	FromSchema         = "from_schema"          // the schema version a store was migrated from
 	Heartbeat          = "heartbeat"            // a store's last heartbeat
 	Kept               = "kept"                 // where a replaced store was kept

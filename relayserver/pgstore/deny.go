@@ -3,7 +3,10 @@ package pgstore
 import (
 	"context"
 	"fmt"
+	"sort"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/agentmbx/agentmbx/relayserver"
 	"github.com/agentmbx/agentmbx/relayserver/internal/storekit"
@@ -71,4 +74,125 @@ func (t *tx) DenyRevoke(d relayserver.DenyEntry, at time.Time) ([]string, error)
 		return nil, fmt.Errorf("deny revoke: %w", err)
 	}
 	return keys, nil
+}
+
+func (t *tx) MarkReclaim(kind relayserver.DenyKind, value string, at time.Time) (bool, error) {
+	tag, err := t.q.Exec(t.ctx, "UPDATE deny SET reclaim_at = $1 WHERE kind = $2 AND value = $3", storekit.MS(at), string(kind), value)
+	if err != nil {
+		return false, fmt.Errorf("mark reclaim: %w", err)
+	}
+	return tag.RowsAffected() > 0, nil
+}
+
+// TakeReclaim implements relayserver.Tx: the row's lock makes a second replica's update wait and
+// then find the reclaim done.
+func (t *tx) TakeReclaim(kind relayserver.DenyKind, value string, at time.Time) (bool, error) {
+	tag, err := t.q.Exec(t.ctx, `UPDATE deny SET reclaimed_at = GREATEST($1, reclaim_at)
+WHERE kind = $2 AND value = $3 AND reclaim_at > reclaimed_at`, storekit.MS(at), string(kind), value)
+	if err != nil {
+		return false, fmt.Errorf("take reclaim: %w", err)
+	}
+	return tag.RowsAffected() > 0, nil
+}
+
+// ReclaimDone implements relayserver.Tx.
+func (t *tx) ReclaimDone(kind relayserver.DenyKind, value string, r relayserver.ReclaimResult) error {
+	if _, err := t.q.Exec(t.ctx, "UPDATE deny SET reclaimed = $1 WHERE kind = $2 AND value = $3",
+		storekit.ReclaimJSON(r), string(kind), value); err != nil {
+		return fmt.Errorf("reclaim done: %w", err)
+	}
+	return nil
+}
+
+// DeniedKeys implements relayserver.Tx.
+func (t *tx) DeniedKeys(d relayserver.DenyEntry) ([]string, error) {
+	query, args, ok := storekit.DeniedCandidates(d, "$1")
+	if !ok {
+		return nil, nil
+	}
+	rows, err := t.q.Query(t.ctx, query, args...)
+	if err != nil {
+		return nil, fmt.Errorf("denied keys: %w", err)
+	}
+	defer rows.Close()
+	keys, err := storekit.DeniedKeys(rows, d)
+	if err != nil {
+		return nil, fmt.Errorf("denied keys: %w", err)
+	}
+	return keys, nil
+}
+
+// Reclaim implements relayserver.Tx, under the queue locks of the key and of every target it
+// has items queued for, and its sender lock.
+func (t *tx) Reclaim(pubkey string) (relayserver.ReclaimResult, error) {
+	var res relayserver.ReclaimResult
+	rows, err := t.q.Query(t.ctx, `SELECT DISTINCT d.target_pubkey FROM dedup d
+JOIN items i ON i.target_pubkey = d.target_pubkey AND i.seq = d.seq
+WHERE d.sender_pubkey = $1 AND d.target_pubkey <> $1`, pubkey)
+	if err != nil {
+		return res, fmt.Errorf("reclaim: %w", err)
+	}
+	targets, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return res, fmt.Errorf("reclaim: %w", err)
+	}
+	locks := []string{queueLock(pubkey), senderLock(pubkey)}
+	for _, tg := range targets {
+		locks = append(locks, queueLock(tg))
+	}
+	sort.Strings(locks)
+	if err := t.lock(locks...); err != nil {
+		return res, fmt.Errorf("reclaim: lock: %w", err)
+	}
+	// Its own queue, then what it queued for others (found through its dedup rows).
+	for _, q := range []string{
+		`DELETE FROM items WHERE target_pubkey = $1 RETURNING target_pubkey, sender_pubkey, bytes`,
+		`DELETE FROM items i USING dedup d WHERE d.sender_pubkey = $1 AND d.target_pubkey <> $1
+	AND i.target_pubkey = d.target_pubkey AND i.seq = d.seq AND i.sender_pubkey = $1
+RETURNING i.target_pubkey, i.sender_pubkey, i.bytes`,
+	} {
+		rows, err := t.q.Query(t.ctx, q, pubkey)
+		if err != nil {
+			return res, fmt.Errorf("reclaim: %w", err)
+		}
+		per := map[string]*deleted{}
+		for rows.Next() {
+			var target, sender string
+			var n int64
+			if err := rows.Scan(&target, &sender, &n); err != nil {
+				rows.Close()
+				return res, fmt.Errorf("reclaim: %w", err)
+			}
+			if per[target] == nil {
+				per[target] = &deleted{}
+			}
+			per[target].add(sender, n)
+			res.Items, res.Bytes = res.Items+1, res.Bytes+n
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return res, fmt.Errorf("reclaim: %w", err)
+		}
+		b := &pgx.Batch{}
+		for target, ds := range per {
+			ds.queue(b, target)
+		}
+		if err := t.q.SendBatch(t.ctx, b).Close(); err != nil {
+			return res, fmt.Errorf("reclaim: usage: %w", err)
+		}
+	}
+	tag, err := t.q.Exec(t.ctx, "DELETE FROM dedup WHERE sender_pubkey = $1", pubkey)
+	if err != nil {
+		return res, fmt.Errorf("reclaim: %w", err)
+	}
+	res.DedupRows = tag.RowsAffected()
+	b := &pgx.Batch{}
+	b.Queue("DELETE FROM usage WHERE target_pubkey = '' AND sender_pubkey = $1", pubkey)
+	b.Queue("DELETE FROM enc_ads WHERE host_pubkey = $1", pubkey)
+	b.Queue("DELETE FROM sender_lists WHERE target_pubkey = $1", pubkey)
+	b.Queue("DELETE FROM sender_list_members WHERE target_pubkey = $1", pubkey)
+	if err := t.q.SendBatch(t.ctx, b).Close(); err != nil {
+		return res, fmt.Errorf("reclaim: %w", err)
+	}
+	return res, nil
 }

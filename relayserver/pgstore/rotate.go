@@ -135,6 +135,15 @@ SELECT target_pubkey, $1 FROM sender_list_members WHERE sender_pubkey = $2 ON CO
 	b.Queue("DELETE FROM sender_list_members WHERE sender_pubkey = $1", oldK)
 	// The old key's enc ad names a key that no longer speaks for the host.
 	b.Queue("DELETE FROM enc_ads WHERE host_pubkey = $1", oldK)
+	// The dedup rows charged to senders changed (rows for the old key copied to the new one, the
+	// old key's own rows moved to it): those senders' counters, recounted.
+	b.Queue(`WITH s AS (SELECT DISTINCT sender_pubkey AS k FROM dedup WHERE target_pubkey IN ($1, $2)
+	UNION SELECT $1::text UNION SELECT $2::text)
+DELETE FROM usage WHERE target_pubkey = '' AND sender_pubkey IN (SELECT k FROM s)`, nwK, oldK)
+	b.Queue(`INSERT INTO usage(target_pubkey, sender_pubkey, items, bytes)
+SELECT '', sender_pubkey, count(*), 0 FROM dedup WHERE sender_pubkey IN (
+	SELECT sender_pubkey FROM dedup WHERE target_pubkey IN ($1, $2) UNION SELECT $1::text UNION SELECT $2::text)
+GROUP BY sender_pubkey`, nwK, oldK)
 	if err := t.q.SendBatch(t.ctx, b).Close(); err != nil {
 		return err
 	}

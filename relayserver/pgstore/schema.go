@@ -2,7 +2,7 @@ package pgstore
 
 // SchemaVersion is the schema this binary writes. Open refuses a database with a higher version
 // and migrates a lower one, in one transaction.
-const SchemaVersion = 2
+const SchemaVersion = 3
 
 // migrations[i] takes a database from schema version i to i+1. A new database runs all of them.
 // Times are unix milliseconds (bigint), as in the SQLite store.
@@ -116,5 +116,15 @@ CREATE TABLE deny(
 	note     text NOT NULL,
 	PRIMARY KEY(kind, value)
 );
+`,
+	// 2 → 3: every dedup row is charged to its sender (relayserver.Options.MaxSenderDedup and
+	// the relay-wide limit): the usage row ('', sender) counts the sender's dedup rows in items.
+	// A deny entry may ask the relays to reclaim what the store holds for the keys it revoked.
+	`
+INSERT INTO usage(target_pubkey, sender_pubkey, items, bytes)
+	SELECT '', sender_pubkey, count(*), 0 FROM dedup GROUP BY sender_pubkey;
+ALTER TABLE deny ADD COLUMN reclaim_at bigint NOT NULL DEFAULT 0;   -- 0: never asked
+ALTER TABLE deny ADD COLUMN reclaimed_at bigint NOT NULL DEFAULT 0; -- 0: never done
+ALTER TABLE deny ADD COLUMN reclaimed text NOT NULL DEFAULT '';     -- JSON of what it deleted
 `,
 }

@@ -104,15 +104,19 @@ func isUnique(err error) bool {
 	return errors.As(err, &pgErr) && pgErr.Code == "23505"
 }
 
-// Transaction-scoped advisory locks of a target's queue (or of an account's quota). Every writer
-// of a queue holds its lock, so reads after it are exact for the transaction's decisions (dedup,
-// quotas, the head).
+// Transaction-scoped advisory locks of a target's queue (or of an account's quota, or of a
+// sender's dedup counter). Every writer of a queue holds its lock, so reads after it are exact for
+// the transaction's decisions (dedup, quotas, the head). A push takes its sender's lock before
+// counting a dedup row, so two groups never wait on that counter's row lock: the later one's
+// unit fails with errBusy and leads a later group. The admission reads the counter without the
+// lock: concurrent pushes of one sender may pass its cap by what they hold in flight.
 const (
 	lockSQL    = "SELECT pg_advisory_xact_lock(hashtextextended($1, 0))"
 	tryLockSQL = "SELECT pg_try_advisory_xact_lock(hashtextextended($1, 0))"
 )
 
 func queueLock(target string) string    { return "q:" + target }
+func senderLock(sender string) string   { return "s:" + sender }
 func accountLock(account string) string { return "a:" + account }
 
 // lockThen takes the lock named key (see lock) and runs query; when the lock may be waited for,
@@ -291,14 +295,17 @@ func (t *tx) Admission(sender, itemID, target string) (relayserver.Admission, er
 	err := t.lockThen(queueLock(target), `SELECT d.wire_hash, d.seq, d.accepted_at,
 	e.host_pubkey, e.host_name, e.owner_fp, e.account, e.org, e.authorized_by, e.authority_rank,
 	e.enrolled_at, e.revoked_at, `+allowedSQL+`,
-	COALESCE(ut.items, 0), COALESCE(ut.bytes, 0), COALESCE(us.items, 0), COALESCE(us.bytes, 0)
+	COALESCE(ut.items, 0), COALESCE(ut.bytes, 0), COALESCE(us.items, 0), COALESCE(us.bytes, 0),
+	COALESCE(ud.items, 0)
 FROM (SELECT 1) one
 LEFT JOIN dedup d ON d.sender_pubkey = $2 AND d.item_id = $3 AND d.target_pubkey = $1
 LEFT JOIN enrolments e ON e.host_pubkey = $1
 LEFT JOIN usage ut ON ut.target_pubkey = $1 AND ut.sender_pubkey = ''
-LEFT JOIN usage us ON us.target_pubkey = $1 AND us.sender_pubkey = $2`, target, sender, itemID).Scan(
+LEFT JOIN usage us ON us.target_pubkey = $1 AND us.sender_pubkey = $2
+LEFT JOIN usage ud ON ud.target_pubkey = '' AND ud.sender_pubkey = $2`, target, sender, itemID).Scan(
 		&hash, &seq, &at, &pub, &name, &owner, &account, &org, &authBy, &rank, &enrolled, &revoked,
-		&a.Allowed, &a.Usage.Target.Items, &a.Usage.Target.Bytes, &a.Usage.Sender.Items, &a.Usage.Sender.Bytes)
+		&a.Allowed, &a.Usage.Target.Items, &a.Usage.Target.Bytes, &a.Usage.Sender.Items, &a.Usage.Sender.Bytes,
+		&a.SenderDedup)
 	if err != nil {
 		return a, fmt.Errorf("admission: %w", err)
 	}
@@ -377,11 +384,18 @@ const insertSQL = `WITH cur AS (
 	SELECT $3, k, 1, $7 FROM d, unnest(ARRAY['', $1]) AS k
 	ON CONFLICT(target_pubkey, sender_pubkey) DO UPDATE SET items = usage.items + 1,
 		bytes = usage.bytes + excluded.bytes
+), c AS (
+	INSERT INTO usage(target_pubkey, sender_pubkey, items, bytes) SELECT '', $1, 1, 0 FROM d
+	ON CONFLICT(target_pubkey, sender_pubkey) DO UPDATE SET items = usage.items + 1
 )
 SELECT seq FROM d`
 
-// InsertItem implements relayserver.Tx: one round trip (the queue lock and insertSQL).
+// InsertItem implements relayserver.Tx: one round trip (the queue lock and insertSQL), after the
+// sender's lock (senderLock) the first time the transaction inserts for the sender.
 func (t *tx) InsertItem(it relayserver.Item) (int64, error) {
+	if err := t.lock(senderLock(it.Sender)); err != nil {
+		return 0, fmt.Errorf("insert item: %w", err)
+	}
 	var seq int64
 	wire := it.Wire
 	if wire == nil {
@@ -529,14 +543,32 @@ RETURNING sender_pubkey, bytes`, target, seq).Scan(&sender, &n)
 	return n, nil
 }
 
-func (t *tx) PruneDedup(acceptedBefore time.Time, limit int) (int64, error) {
-	tag, err := t.q.Exec(t.ctx, `DELETE FROM dedup WHERE (sender_pubkey, item_id, target_pubkey) IN (
-	SELECT d.sender_pubkey, d.item_id, d.target_pubkey FROM dedup d
-	WHERE d.accepted_at <= $1 AND NOT EXISTS(SELECT 1 FROM items i
-		WHERE i.target_pubkey = d.target_pubkey AND i.seq = d.seq)
-	ORDER BY d.accepted_at LIMIT $2)`, storekit.MS(acceptedBefore), limit)
-	if err != nil {
+// pruneSQL deletes the oldest tombstones accepted at or before $1 ($2 at most; with $3 > 0 only of
+// senders charged at least $3 dedup rows) and takes them off their senders' counters.
+const pruneSQL = `WITH del AS (
+	DELETE FROM dedup WHERE (sender_pubkey, item_id, target_pubkey) IN (
+		SELECT d.sender_pubkey, d.item_id, d.target_pubkey FROM dedup d
+		WHERE d.accepted_at <= $1
+			AND ($3 <= 0 OR d.sender_pubkey IN (SELECT sender_pubkey FROM usage WHERE target_pubkey = '' AND items >= $3))
+			AND NOT EXISTS(SELECT 1 FROM items i WHERE i.target_pubkey = d.target_pubkey AND i.seq = d.seq)
+		ORDER BY d.accepted_at LIMIT $2)
+	RETURNING sender_pubkey
+), cnt AS (
+	SELECT sender_pubkey, count(*) AS n FROM del GROUP BY sender_pubkey
+), up AS (
+	UPDATE usage u SET items = u.items - cnt.n FROM cnt WHERE u.target_pubkey = '' AND u.sender_pubkey = cnt.sender_pubkey
+)
+SELECT COALESCE(sum(n), 0)::bigint FROM cnt`
+
+func (t *tx) PruneDedup(acceptedBefore time.Time, minRows int64, limit int) (int64, error) {
+	var n int64
+	if err := t.q.QueryRow(t.ctx, pruneSQL, storekit.MS(acceptedBefore), limit, minRows).Scan(&n); err != nil {
 		return 0, fmt.Errorf("prune dedup: %w", err)
 	}
-	return tag.RowsAffected(), nil
+	if n > 0 {
+		if _, err := t.q.Exec(t.ctx, "DELETE FROM usage WHERE target_pubkey = '' AND items <= 0"); err != nil {
+			return 0, fmt.Errorf("prune dedup: %w", err)
+		}
+	}
+	return n, nil
 }

@@ -102,6 +102,29 @@ func (t *tx) addUsage(target, sender string, items, bytes int64) {
 	}
 }
 
+// addDedup adds n to the dedup rows charged to sender: its usage row with the empty target.
+func (t *tx) addDedup(sender string, n int64) {
+	if t.p.usage == nil {
+		t.p.usage = map[usageKey]relayserver.Counts{}
+	}
+	k := usageKey{"", sender}
+	old, had := t.p.usage[k]
+	if t.depth > 0 {
+		t.p.undo = append(t.p.undo, undoEntry{key: k, had: had, used: old})
+	}
+	t.p.usage[k] = relayserver.Counts{Items: old.Items + n}
+}
+
+// pendingDedup reports whether this transaction changed a sender's dedup counter.
+func (t *tx) pendingDedup() bool {
+	for k, d := range t.p.usage {
+		if k.target == "" && d != (relayserver.Counts{}) {
+			return true
+		}
+	}
+	return false
+}
+
 // nextSeq returns next_seq of target as this transaction sees it (0: none yet).
 func (t *tx) nextSeq(target string) (int64, error) {
 	if n, ok := t.p.seqs[target]; ok {

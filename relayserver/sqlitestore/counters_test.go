@@ -33,7 +33,7 @@ func writeV4Store(t *testing.T, dir, tgt, snd, snd2, hexHash string) {
 	})
 }
 
-// A store written with schema 4 opens as schema 5 without the trigger, with its queue, seqs, dedup
+// A store written with schema 4 opens as the current schema without the trigger, with its queue, seqs, dedup
 // rows (the tombstone too) and counters as they were, and goes on from there: new items take the
 // next seqs and count on top of the migrated counters, and the counters reach the tables.
 func TestUpgradeFromVersion4KeepsQueueCountersAndDedup(t *testing.T) {
@@ -43,8 +43,15 @@ func TestUpgradeFromVersion4KeepsQueueCountersAndDedup(t *testing.T) {
 	writeV4Store(t, dir, tgt, snd, snd2, hexHash)
 
 	s := openT(t, dir)
-	if m, err := s.Meta(ctx); err != nil || m.SchemaVersion != 5 || m.Epoch != "v4-epoch" {
-		t.Fatalf("meta after upgrade = %+v, %v; want schema 5, epoch v4-epoch", m, err)
+	if m, err := s.Meta(ctx); err != nil || m.SchemaVersion != SchemaVersion || m.Epoch != "v4-epoch" {
+		t.Fatalf("meta after upgrade = %+v, %v; want schema %d, epoch v4-epoch", m, err, SchemaVersion)
+	}
+	// Schema 6 counts each sender's dedup rows, the tombstone included.
+	if n, err := s.DedupRows(ctx); err != nil || n != 3 {
+		t.Errorf("dedup rows after upgrade = %d, %v; want 3", n, err)
+	}
+	if r, err := s.Usage(ctx, 10); err != nil || len(r.Keys) != 3 || r.Keys[0].Pubkey != snd || r.Keys[0].DedupRows != 2 {
+		t.Errorf("usage after upgrade = %+v, %v; want %s first with 2 dedup rows", r, err, snd)
 	}
 	var triggers int
 	if err := s.db.QueryRowContext(ctx, "SELECT COUNT(*) FROM sqlite_master WHERE type = 'trigger'").Scan(&triggers); err != nil || triggers != 0 {

@@ -155,3 +155,133 @@ func (t denyFileTx) PutDeny(d relayserver.DenyEntry) error { return putDeny(t.ct
 func (t denyFileTx) DeleteDeny(kind relayserver.DenyKind, value string) (bool, error) {
 	return deleteDeny(t.ctx, t.tx, kind, value)
 }
+
+func markReclaim(ctx context.Context, q querier, kind relayserver.DenyKind, value string, at time.Time) (bool, error) {
+	res, err := q.ExecContext(ctx, "UPDATE deny SET reclaim_at = ? WHERE kind = ? AND value = ?", storekit.MS(at), string(kind), value)
+	if err != nil {
+		return false, fmt.Errorf("mark reclaim: %w", err)
+	}
+	n, err := res.RowsAffected()
+	return n > 0, err
+}
+
+func (t *tx) MarkReclaim(kind relayserver.DenyKind, value string, at time.Time) (bool, error) {
+	return markReclaim(bg, t.q, kind, value, at)
+}
+
+func (t denyFileTx) MarkReclaim(kind relayserver.DenyKind, value string, at time.Time) (bool, error) {
+	return markReclaim(t.ctx, t.tx, kind, value, at)
+}
+
+// TakeReclaim implements relayserver.Tx.
+func (t *tx) TakeReclaim(kind relayserver.DenyKind, value string, at time.Time) (bool, error) {
+	res, err := t.q.ExecContext(bg, `UPDATE deny SET reclaimed_at = MAX(?, reclaim_at)
+WHERE kind = ? AND value = ? AND reclaim_at > reclaimed_at`, storekit.MS(at), string(kind), value)
+	if err != nil {
+		return false, fmt.Errorf("take reclaim: %w", err)
+	}
+	n, err := res.RowsAffected()
+	return n > 0, err
+}
+
+// ReclaimDone implements relayserver.Tx.
+func (t *tx) ReclaimDone(kind relayserver.DenyKind, value string, r relayserver.ReclaimResult) error {
+	if _, err := t.q.ExecContext(bg, "UPDATE deny SET reclaimed = ? WHERE kind = ? AND value = ?",
+		storekit.ReclaimJSON(r), string(kind), value); err != nil {
+		return fmt.Errorf("reclaim done: %w", err)
+	}
+	return nil
+}
+
+// DeniedKeys implements relayserver.Tx.
+func (t *tx) DeniedKeys(d relayserver.DenyEntry) ([]string, error) {
+	query, args, ok := storekit.DeniedCandidates(d, "?")
+	if !ok {
+		return nil, nil
+	}
+	rows, err := t.q.QueryContext(bg, query, args...)
+	if err != nil {
+		return nil, fmt.Errorf("denied keys: %w", err)
+	}
+	defer rows.Close()
+	keys, err := storekit.DeniedKeys(rows, d)
+	if err != nil {
+		return nil, fmt.Errorf("denied keys: %w", err)
+	}
+	return keys, nil
+}
+
+// Reclaim implements relayserver.Tx. The key's items in other queues are found through its dedup
+// rows (items have no index by sender).
+func (t *tx) Reclaim(pubkey string) (relayserver.ReclaimResult, error) {
+	var res relayserver.ReclaimResult
+	id, err := t.keyID(pubkey, false)
+	if err != nil {
+		return res, fmt.Errorf("reclaim: %w", err)
+	}
+	for _, q := range []string{
+		"DELETE FROM enc_ads WHERE host_pubkey = ?1",
+		"DELETE FROM sender_lists WHERE target_pubkey = ?1",
+		"DELETE FROM sender_list_members WHERE target_pubkey = ?1",
+	} {
+		if _, err := t.q.ExecContext(bg, q, pubkey); err != nil {
+			return res, fmt.Errorf("reclaim: %w", err)
+		}
+	}
+	if id == 0 {
+		return res, nil // the store never queued anything of the key
+	}
+	// Its own queue, then what it queued for others.
+	for _, sel := range []string{
+		`SELECT t.pubkey, s.pubkey, COUNT(*), SUM(i.bytes) FROM items i
+			JOIN keys t ON t.id = i.target JOIN keys s ON s.id = i.sender
+			WHERE i.target = ?1 GROUP BY i.sender`,
+		`SELECT t.pubkey, s.pubkey, COUNT(*), SUM(i.bytes) FROM dedup d
+			JOIN items i ON i.target = d.target AND i.seq = d.seq AND i.sender = d.sender
+			JOIN keys t ON t.id = i.target JOIN keys s ON s.id = i.sender
+			WHERE d.sender = ?1 AND d.target <> ?1 GROUP BY i.target`,
+	} {
+		if err := t.reclaimItems(sel, id, &res); err != nil {
+			return res, err
+		}
+	}
+	for _, q := range []string{
+		"DELETE FROM items WHERE target = ?1",
+		`DELETE FROM items WHERE (target, seq) IN (SELECT target, seq FROM dedup WHERE sender = ?1 AND target <> ?1)
+			AND sender = ?1`,
+	} {
+		if _, err := t.q.ExecContext(bg, q, id); err != nil {
+			return res, fmt.Errorf("reclaim: %w", err)
+		}
+	}
+	r, err := t.q.ExecContext(bg, "DELETE FROM dedup WHERE sender = ?", id)
+	if err != nil {
+		return res, fmt.Errorf("reclaim: %w", err)
+	}
+	res.DedupRows, _ = r.RowsAffected()
+	t.addDedup(pubkey, -res.DedupRows)
+	return res, nil
+}
+
+// reclaimItems reads the (target, sender, items, bytes) groups of sel, about to be deleted, into
+// res and off the usage counters.
+func (t *tx) reclaimItems(sel string, id int64, res *relayserver.ReclaimResult) error {
+	rows, err := t.q.QueryContext(bg, sel, id)
+	if err != nil {
+		return fmt.Errorf("reclaim: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var target, sender string
+		var n, b int64
+		if err := rows.Scan(&target, &sender, &n, &b); err != nil {
+			return fmt.Errorf("reclaim: %w", err)
+		}
+		t.addUsage(target, sender, -n, -b)
+		res.Items, res.Bytes = res.Items+n, res.Bytes+b
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("reclaim: %w", err)
+	}
+	return nil
+}

@@ -132,6 +132,14 @@ WHERE sender = ?3 AND item_id = ?4 AND target = ?5`,
 		"DELETE FROM sender_list_members WHERE sender_pubkey = ?2",
 		// The old key's enc ad names a key that no longer speaks for the host.
 		"DELETE FROM enc_ads WHERE host_pubkey = ?2",
+		// The dedup rows charged to senders changed (rows for the old key copied to the new one,
+		// the old key's own rows moved to it): those senders' counters, recounted.
+		`DELETE FROM usage WHERE target_pubkey = '' AND sender_pubkey IN (SELECT pubkey FROM keys
+			WHERE id IN (SELECT sender FROM dedup WHERE target IN (?3, ?4)) OR id IN (?3, ?4))`,
+		`INSERT INTO usage(target_pubkey, sender_pubkey, items, bytes)
+			SELECT '', k.pubkey, COUNT(*), 0 FROM dedup d JOIN keys k ON k.id = d.sender
+			WHERE d.sender IN (SELECT sender FROM dedup WHERE target IN (?3, ?4) UNION SELECT ?3 UNION SELECT ?4)
+			GROUP BY d.sender`,
 	} {
 		if _, err := t.q.ExecContext(bg, q, r.NewPubkey, r.OldPubkey, newID, oldID); err != nil {
 			return res, fmt.Errorf("rotate: %w", err)

@@ -2,7 +2,7 @@ package sqlitestore
 
 // SchemaVersion is the schema this binary writes. Open refuses a store with a higher version and
 // migrates a lower one, in one transaction that keeps the epoch.
-const SchemaVersion = 5
+const SchemaVersion = 6
 
 // migrations[i] takes a store from schema version i to i+1. A new store runs all of them.
 var migrations = []string{
@@ -208,5 +208,15 @@ CREATE TABLE deny(
 	// transaction (counters.go), instead of four more statements per item in a trigger.
 	`
 DROP TRIGGER items_queued;
+`,
+	// 5 → 6: every dedup row is charged to its sender (relayserver.Options.MaxSenderDedup and
+	// the relay-wide limit): the usage row ('', sender) counts the sender's dedup rows in items.
+	// A deny entry may ask the relays to reclaim what the store holds for the keys it revoked.
+	`
+INSERT INTO usage(target_pubkey, sender_pubkey, items, bytes)
+	SELECT '', k.pubkey, COUNT(*), 0 FROM dedup d JOIN keys k ON k.id = d.sender GROUP BY d.sender;
+ALTER TABLE deny ADD COLUMN reclaim_at INTEGER NOT NULL DEFAULT 0;   -- unix ms; 0: never asked
+ALTER TABLE deny ADD COLUMN reclaimed_at INTEGER NOT NULL DEFAULT 0; -- unix ms; 0: never done
+ALTER TABLE deny ADD COLUMN reclaimed TEXT NOT NULL DEFAULT '';      -- JSON of what it deleted
 `,
 }

@@ -267,6 +267,11 @@ func (t *tx) Admission(sender, itemID, target string) (relayserver.Admission, er
 	if a.Usage, err = t.Usage(target, sender); err != nil {
 		return a, fmt.Errorf("admission: %w", err)
 	}
+	d, err := t.usage(usageKey{"", sender})
+	if err != nil {
+		return a, fmt.Errorf("admission: %w", err)
+	}
+	a.SenderDedup = d.Items
 	if a.Enrolled && a.Target.Account != "" {
 		if a.Account, err = t.AccountUsage(a.Target.Account); err != nil {
 			return a, fmt.Errorf("admission: %w", err)
@@ -394,6 +399,7 @@ func (t *tx) InsertItem(it relayserver.Item) (int64, error) {
 	}
 	t.setSeq(it.Target, seq+1)
 	t.addUsage(it.Target, it.Sender, 1, n)
+	t.addDedup(it.Sender, 1)
 	t.inserted++
 	return seq, nil
 }
@@ -511,14 +517,45 @@ RETURNING (SELECT pubkey FROM keys WHERE id = sender), bytes`, tid, seq).Scan(&s
 	return n, nil
 }
 
-func (t *tx) PruneDedup(acceptedBefore time.Time, limit int) (int64, error) {
-	r, err := t.q.ExecContext(bg, `DELETE FROM dedup WHERE (sender, item_id, target) IN (SELECT d.sender, d.item_id, d.target
-		FROM dedup d WHERE d.accepted_at <= ?1 AND NOT EXISTS(SELECT 1 FROM items i
-			WHERE i.target = d.target AND i.seq = d.seq)
-		ORDER BY d.accepted_at LIMIT ?2)`, storekit.MS(acceptedBefore), limit)
+// pruneSQL deletes the oldest tombstones accepted at or before ?1 (?2 at most; with ?3 > 0 only
+// of senders charged at least ?3 dedup rows) and names their senders.
+const pruneSQL = `DELETE FROM dedup WHERE (sender, item_id, target) IN (SELECT d.sender, d.item_id, d.target
+	FROM dedup d WHERE d.accepted_at <= ?1
+		AND (?3 <= 0 OR d.sender IN (SELECT k.id FROM usage u JOIN keys k ON k.pubkey = u.sender_pubkey
+			WHERE u.target_pubkey = '' AND u.items >= ?3))
+		AND NOT EXISTS(SELECT 1 FROM items i WHERE i.target = d.target AND i.seq = d.seq)
+	ORDER BY d.accepted_at LIMIT ?2)
+RETURNING (SELECT pubkey FROM keys WHERE id = sender)`
+
+func (t *tx) PruneDedup(acceptedBefore time.Time, minRows int64, limit int) (int64, error) {
+	if minRows > 0 && t.pendingDedup() {
+		// The query reads the sender counters from their rows: write what this transaction
+		// changed first.
+		if err := t.flush(true); err != nil {
+			return 0, fmt.Errorf("prune dedup: %w", err)
+		}
+	}
+	rows, err := t.q.QueryContext(bg, pruneSQL, storekit.MS(acceptedBefore), limit, minRows)
 	if err != nil {
 		return 0, fmt.Errorf("prune dedup: %w", err)
 	}
-	n, _ := r.RowsAffected()
+	per := map[string]int64{}
+	var n int64
+	for rows.Next() {
+		var sender string
+		if err := rows.Scan(&sender); err != nil {
+			rows.Close()
+			return 0, fmt.Errorf("prune dedup: %w", err)
+		}
+		per[sender]++
+		n++
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return 0, fmt.Errorf("prune dedup: %w", err)
+	}
+	for sender, k := range per {
+		t.addDedup(sender, -k)
+	}
 	return n, nil
 }

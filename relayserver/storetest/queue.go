@@ -151,7 +151,7 @@ func testExpiryPrimitives(t *testing.T, s relayserver.Store) {
 			t.Errorf("after rollback ExpiredItems = %+v, want i2 still there", got)
 		}
 		// Cutoff past all three rows: only i1's row (its item is gone) may go.
-		n, err := tx.PruneDedup(time.UnixMilli(at+20), 10)
+		n, err := tx.PruneDedup(time.UnixMilli(at+20), 0, 10)
 		if err != nil || n != 1 {
 			t.Errorf("PruneDedup = %d, %v, want 1", n, err)
 		}
@@ -162,7 +162,7 @@ func testExpiryPrimitives(t *testing.T, s relayserver.Store) {
 			return err
 		}
 		// The cutoff is before i3 and the limit 1: i2 goes, i3 (queued anyway) stays.
-		if n, err := tx.PruneDedup(time.UnixMilli(at+10), 1); err != nil || n != 1 {
+		if n, err := tx.PruneDedup(time.UnixMilli(at+10), 0, 1); err != nil || n != 1 {
 			t.Errorf("PruneDedup = %d, %v, want 1", n, err)
 		}
 		if _, err := tx.Dedup(a, "i3", tgt); err != nil {

@@ -53,6 +53,8 @@ var cases = []struct {
 	{"TotalsOfAllQueues", testTotals},
 	{"ClosedStoreRefusesUpdates", testClosedStoreRefusesUpdates},
 	{"DenyList", testDenyList},
+	{"DedupRowsChargedToSenders", testDedupCharge},
+	{"ReclaimDeletesWhatAKeyHolds", testReclaim},
 }
 
 var ctx = context.Background()
