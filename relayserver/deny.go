@@ -260,6 +260,7 @@ func ApplyReclaim(ctx context.Context, store Store, d DenyEntry, now time.Time) 
 			}
 			res.Add(r)
 		}
+		res.Keys = int64(len(keys))
 		ok = true
 		return tx.ReclaimDone(d.Kind, d.Value, res)
 	})

@@ -81,6 +81,8 @@ type UsageReporter interface {
 
 // ReclaimResult is what Tx.Reclaim deleted for a key.
 type ReclaimResult struct {
+	// Keys counts the keys reclaimed (set by ApplyReclaim; Tx.Reclaim leaves it 0).
+	Keys int64 `json:"keys,omitempty"`
 	// Items and Bytes count the deleted queued items: the key's own queue and what it sent.
 	Items int64 `json:"items"`
 	Bytes int64 `json:"bytes"`
@@ -90,5 +92,5 @@ type ReclaimResult struct {
 
 // Add adds o to r.
 func (r *ReclaimResult) Add(o ReclaimResult) {
-	r.Items, r.Bytes, r.DedupRows = r.Items+o.Items, r.Bytes+o.Bytes, r.DedupRows+o.DedupRows
+	r.Keys, r.Items, r.Bytes, r.DedupRows = r.Keys+o.Keys, r.Items+o.Items, r.Bytes+o.Bytes, r.DedupRows+o.DedupRows
 }

@@ -134,7 +134,7 @@ func TestReclaimDeniedKey(t *testing.T) {
 	r.reloadDeny()
 	l, err := r.store.DenyList(bg)
 	if err != nil || len(l) != 1 || l[0].ReclaimPending() ||
-		l[0].Reclaimed != (relayserver.ReclaimResult{Items: 3, Bytes: l[0].Reclaimed.Bytes, DedupRows: 52}) {
+		l[0].Reclaimed != (relayserver.ReclaimResult{Keys: 1, Items: 3, Bytes: l[0].Reclaimed.Bytes, DedupRows: 52}) {
 		t.Fatalf("deny entry after the reclaim = %+v, %v; want 3 items and 52 dedup rows reclaimed", l, err)
 	}
 	after, err := r.store.Usage(bg, 10)

@@ -32,13 +32,14 @@ Operations on its store: 'relay backup FILE' copies it online, safe while 'relay
 re-push and re-pull what the backup lacks; 'relay rotate-epoch' gives the store a new epoch, which
 any restore made another way (a volume snapshot, a file copy) needs before the relay serves again.
 'relay deny add|remove|list' keeps the deny list, by host key fingerprint or account client_id,
-in the store, while the relay serves or not.`,
+in the store, while the relay serves or not. 'relay usage' shows what each host key holds in the
+store; 'relay reclaim' deletes what the keys of a deny entry hold.`,
 		Args: cobra.NoArgs,
 	}
 	cmd.AddCommand(newRelayServeCmd(), newRelayKeygenCmd(), newRelayInfoCmd(),
 		newRelayBackupCmd(), newRelayBackupsCmd(), newRelayRestoreCmd(), newRelayRotateEpochCmd(), newRelayBenchCmd(),
 		newRelayBenchLoadCmd())
-	cmd.AddCommand(newRelayHealthcheckCmd(), newRelayDenyCmd())
+	cmd.AddCommand(newRelayHealthcheckCmd(), newRelayDenyCmd(), newRelayUsageCmd(), newRelayReclaimCmd())
 	cmd.AddCommand(relayHostCommands()...)
 	return cmd
 }

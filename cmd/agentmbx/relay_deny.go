@@ -239,6 +239,9 @@ type denyEntry struct {
 	Until   string `json:"until,omitempty"` // "" until removed
 	Active  bool   `json:"active"`
 	Note    string `json:"note,omitempty"`
+	// ReclaimedAt and Reclaimed: the last reclaim of the entry's keys ('relay reclaim').
+	ReclaimedAt string                     `json:"reclaimed_at,omitempty"`
+	Reclaimed   *relayserver.ReclaimResult `json:"reclaimed,omitempty"`
 }
 
 // denyJSON is the list as JSON rows: the active entries, or with all every one.
@@ -251,6 +254,10 @@ func denyJSON(l []relayserver.DenyEntry, now time.Time, all bool) []denyEntry {
 		e := denyEntry{Kind: string(d.Kind), Value: d.Value, AddedAt: mbx.ISOTime(d.AddedAt), Active: d.Active(now), Note: d.Note}
 		if !d.Until.IsZero() {
 			e.Until = mbx.ISOTime(d.Until)
+		}
+		if !d.ReclaimedAt.IsZero() {
+			r := d.Reclaimed
+			e.ReclaimedAt, e.Reclaimed = mbx.ISOTime(d.ReclaimedAt), &r
 		}
 		out = append(out, e)
 	}
