@@ -205,7 +205,7 @@ func (c *Client) do(ctx context.Context, method, path string, q url.Values, in, 
 			return fmt.Errorf("client: %s %s: %w", method, path, ctxErr)
 		}
 		if errors.Is(err, syscall.ENOENT) || errors.Is(err, syscall.ECONNREFUSED) {
-			err = fmt.Errorf("%w (%v)", ErrNoDaemon, err)
+			err = fmt.Errorf("%w (%w)", ErrNoDaemon, err)
 		}
 		return WithHint(fmt.Errorf("client: %s %s: %w", method, path, err),
 			"the daemon stopped answering; check its log, then retry (a send that was not answered may or may not have been accepted: look at `agentmbx outbox`)")
@@ -225,7 +225,7 @@ func (c *Client) do(ctx context.Context, method, path string, q url.Values, in, 
 		return nil
 	}
 	if err := json.Unmarshal(data, out); err != nil {
-		return fmt.Errorf("client: %s %s: %w: %v", method, path, ErrProtocol, err)
+		return fmt.Errorf("client: %s %s: %w: %w", method, path, ErrProtocol, err)
 	}
 	return nil
 }

@@ -389,7 +389,7 @@ func TestErrors(t *testing.T) {
 				t.Errorf("hint = %v, want %q", h, tt.hint)
 			}
 			for _, other := range []error{client.ErrNotFound, client.ErrBadRequest, client.ErrRefused, client.ErrInternal, client.ErrNoDaemon} {
-				if other != tt.sentinel && errors.Is(err, other) {
+				if other != tt.sentinel && errors.Is(err, other) { //nolint:errorlint // two sentinels, compared as values
 					t.Errorf("error also matches %v", other)
 				}
 			}

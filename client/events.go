@@ -38,7 +38,7 @@ func (c *Client) MailEvents(ctx context.Context, agent string) (<-chan api.MailE
 			return nil, fmt.Errorf("client: events: %w", ctxErr)
 		}
 		if errors.Is(err, syscall.ENOENT) || errors.Is(err, syscall.ECONNREFUSED) {
-			err = fmt.Errorf("%w (%v)", ErrNoDaemon, err)
+			err = fmt.Errorf("%w (%w)", ErrNoDaemon, err)
 		}
 		return nil, fmt.Errorf("client: events: %w", err)
 	}

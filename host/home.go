@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"go.etcd.io/bbolt"
+	bolterrors "go.etcd.io/bbolt/errors"
 
 	"github.com/agentmbx/agentmbx/api"
 	"github.com/agentmbx/agentmbx/internal/fsutil"
@@ -93,7 +94,7 @@ func Init(dir string, opts InitOptions) error {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return fmt.Errorf("host: init: %w", err)
 	}
-	if err := os.Chmod(dir, 0o700); err != nil {
+	if err := os.Chmod(dir, 0o700); err != nil { //nolint:gosec // G302: a directory, owner-only with its x bit
 		return fmt.Errorf("host: init: %w", err)
 	}
 	hk, err := mbx.GenerateSigningKey(r)
@@ -109,7 +110,7 @@ func Init(dir string, opts InitOptions) error {
 	// replacing it.
 	db, err := openStateDB(dir, time.Second, false)
 	if err != nil {
-		if errors.Is(err, bbolt.ErrTimeout) {
+		if errors.Is(err, bolterrors.ErrTimeout) {
 			return fmt.Errorf("host: init: %w", api.ErrLocked)
 		}
 		return fmt.Errorf("host: init: open store: %w", err)

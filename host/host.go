@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"go.etcd.io/bbolt"
+	bolterrors "go.etcd.io/bbolt/errors"
 
 	"github.com/agentmbx/agentmbx/api"
 	"github.com/agentmbx/agentmbx/checkpoint"
@@ -126,13 +127,14 @@ func Open(dir string, opts *Options) (*Host, error) {
 	if o.HTTPClient == nil {
 		o.HTTPClient = &http.Client{Timeout: 30 * time.Second}
 	}
-	hk, ek, retired, err := readKeys(dir)
-	if err != nil {
+	// The keys must be there before the store opens; they are read again below, after a
+	// rotation left half done is finished.
+	if _, _, _, err := readKeys(dir); err != nil {
 		return nil, fmt.Errorf("host: open %s: %w", dir, err)
 	}
 	db, err := openStateDB(dir, o.LockTimeout, o.NoSync)
 	if err != nil {
-		if errors.Is(err, bbolt.ErrTimeout) {
+		if errors.Is(err, bolterrors.ErrTimeout) {
 			return nil, fmt.Errorf("host: open %s: %w", dir, api.ErrLocked)
 		}
 		return nil, fmt.Errorf("host: open %s: %w", dir, err)
@@ -142,7 +144,8 @@ func Open(dir string, opts *Options) (*Host, error) {
 		db.Close()
 		return nil, fmt.Errorf("host: open %s: rotation: %w", dir, err)
 	}
-	if hk, ek, retired, err = readKeys(dir); err != nil {
+	hk, ek, retired, err := readKeys(dir)
+	if err != nil {
 		db.Close()
 		return nil, fmt.Errorf("host: open %s: %w", dir, err)
 	}

@@ -118,13 +118,5 @@ func (h *Host) lanPortHint() int {
 	return port
 }
 
-// clip shortens outside input for an error message.
-func clip(s string, n int) string {
-	if len(s) > n {
-		return s[:n] + "…"
-	}
-	return s
-}
-
 // splitListen checks a listen or dial address host:port (peers.SplitAddr).
 func splitListen(s string) (string, int, error) { return peers.SplitAddr(s) }

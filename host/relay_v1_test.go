@@ -351,7 +351,7 @@ func TestRelayV1Daemons(t *testing.T) {
 	// alpha stops too; beta starts, takes the message and sends its receipt back through the
 	// relay; alpha starts and settles the row.
 	a.stop(t)
-	b = runDaemonOpts(t, homes["beta"], "beta", opts)
+	runDaemonOpts(t, homes["beta"], "beta", opts) // its cleanup stops it
 	cb = dial("beta")
 	waitFor(t, "the message at bob after his host's restart", func() bool {
 		all, err := cb.Inbox(ctx, "bob", true)
@@ -369,7 +369,7 @@ func TestRelayV1Daemons(t *testing.T) {
 		}
 		return true
 	})
-	a = runDaemonOpts(t, homes["alpha"], "alpha", opts)
+	runDaemonOpts(t, homes["alpha"], "alpha", opts) // its cleanup stops it
 	ca = dial("alpha")
 	waitFor(t, "the row settled after alpha's restart", settled(ca, m3.ID))
 	for _, id := range []string{m1.ID, m3.ID} {

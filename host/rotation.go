@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"go.etcd.io/bbolt"
+	bolterrors "go.etcd.io/bbolt/errors"
 
 	"github.com/agentmbx/agentmbx/api"
 	"github.com/agentmbx/agentmbx/mbx"
@@ -38,7 +39,7 @@ func PrepareRotation(dir string, opts rotation.Options) (mbx.SignedRotation, err
 		return fail(err)
 	}
 	db, err := openStateDB(dir, opts.LockTimeout, false)
-	if errors.Is(err, bbolt.ErrTimeout) {
+	if errors.Is(err, bolterrors.ErrTimeout) {
 		return fail(api.ErrLocked)
 	} else if err != nil {
 		return fail(err)

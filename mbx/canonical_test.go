@@ -91,7 +91,7 @@ func TestCanonicalGoValues(t *testing.T) {
 	for _, tt := range []struct {
 		in   float64
 		want string
-	}{{-0.0, "0"}, {1e21, "1e+21"}, {123e-20, "1.23e-18"}, {-1.5, "-1.5"}, {1e-6, "0.000001"}, {1.7e12, "1700000000000"}} {
+	}{{math.Copysign(0, -1), "0"}, {1e21, "1e+21"}, {123e-20, "1.23e-18"}, {-1.5, "-1.5"}, {1e-6, "0.000001"}, {1.7e12, "1700000000000"}} {
 		got, err := Canonical(tt.in)
 		if err != nil || string(got) != tt.want {
 			t.Errorf("Canonical(%v) = %q, %v; want %q", tt.in, got, err, tt.want)

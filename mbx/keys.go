@@ -66,7 +66,7 @@ func (k SigningKey) String() string {
 }
 
 // Format makes every fmt verb print String, so %#v cannot dump the seed.
-func (k SigningKey) Format(f fmt.State, _ rune) { io.WriteString(f, k.String()) }
+func (k SigningKey) Format(f fmt.State, _ rune) { _, _ = io.WriteString(f, k.String()) }
 
 // LogValue logs the fingerprint only.
 func (k SigningKey) LogValue() slog.Value { return slog.StringValue(k.String()) }
@@ -229,7 +229,7 @@ func (k EncKey) String() string {
 }
 
 // Format makes every fmt verb print String.
-func (k EncKey) Format(f fmt.State, _ rune) { io.WriteString(f, k.String()) }
+func (k EncKey) Format(f fmt.State, _ rune) { _, _ = io.WriteString(f, k.String()) }
 
 // LogValue logs the fingerprint only.
 func (k EncKey) LogValue() slog.Value { return slog.StringValue(k.String()) }

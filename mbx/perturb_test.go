@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/url"
@@ -176,7 +177,7 @@ func (p *perturber) rewriteRaw(raw []byte) ([]byte, error) {
 	}
 	for {
 		tok, err := dec.Token()
-		if err == io.EOF {
+		if errors.Is(err, io.EOF) {
 			return buf.Bytes(), nil
 		}
 		if err != nil {

@@ -85,7 +85,7 @@ func OpenRotationNotice(wire []byte, itemID string, keys ...EncKey) ([]byte, err
 	if n.ID != itemID {
 		return nil, fmt.Errorf("rotation notice: %w: id %.64q is not the item id", ErrRotationMalformed, n.ID)
 	}
-	var lastErr error = fmt.Errorf("rotation notice: %w: no enc key", ErrUndecryptable)
+	lastErr := fmt.Errorf("rotation notice: %w: no enc key", ErrUndecryptable)
 	for _, k := range keys {
 		if k.IsZero() {
 			continue

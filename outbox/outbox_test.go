@@ -56,7 +56,7 @@ func TestDueRespectsNextAt(t *testing.T) {
 			t.Fatalf("attempt %d: Due = %v, want [%s]", n, got, k)
 		}
 		tr := []Transport{TransportLAN, TransportRelay}[n%2]
-		r, err := s.MarkAttemptFailed(ctx, k, tr, errors.New(fmt.Sprintf("failure %d", n)))
+		r, err := s.MarkAttemptFailed(ctx, k, tr, fmt.Errorf("failure %d", n))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -84,7 +84,7 @@ func (p *retryPolicy) backoff(_, _ time.Duration, _ int, _ *http.Response) time.
 func jittered(n int) time.Duration {
 	d := retryWaitMin << min(max(n-1, 0), 10)
 	d = min(d, retryWaitMax)
-	return d/2 + rand.N(d/2+1)
+	return d/2 + rand.N(d/2+1) //nolint:gosec // G404: jitter spreads retries; it guards no secret
 }
 
 // retryableTransport reports whether a failure without an answer may pass on a retry: not a

@@ -124,7 +124,7 @@ func (k Keeper) Run(ctx context.Context, force bool) (ran Ran, err error) {
 	if err != nil {
 		return ran, k.Problem(OpInfo, err)
 	}
-	k.Problem(OpInfo, nil)
+	_ = k.Problem(OpInfo, nil) // clears it; nil back
 	k.EpochSeen(info.Epoch)
 	p, ok, err := k.Load()
 	if err != nil || !ok {
@@ -145,7 +145,7 @@ func (k Keeper) Run(ctx context.Context, force bool) (ran Ran, err error) {
 			return ran, k.Problem(OpEnrol, err)
 		}
 		ran.Enrolled = true
-		k.Problem(OpEnrol, nil)
+		_ = k.Problem(OpEnrol, nil) // clears it; nil back
 		// A pull refused before enrolment (401 not enrolled) is answered by this enrolment; a
 		// pull that still fails records its problem again.
 		k.Problem(OpPull, nil)

@@ -408,7 +408,7 @@ func (l *Link) Pusher(c *Conn) *Pusher {
 	return &Pusher{Client: c.Client, V1: l.v1Pusher(c), Pin: c.Pin, Limits: lim, Logger: l.log, Pacer: l.pacer(c, lim),
 		Observe: func(err error) {
 			if err != nil {
-				l.failed(c, OpPush, err)
+				_ = l.failed(c, OpPush, err) // recorded; nothing waits on this error
 			} else {
 				l.problem(c, OpPush, nil)
 			}

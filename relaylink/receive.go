@@ -260,7 +260,7 @@ func (l *Link) source(c *Conn) Source {
 			case errors.As(err, &ee):
 			case ctx.Err() != nil:
 			default:
-				l.failed(c, OpPull, err)
+				_ = l.failed(c, OpPull, err) // recorded; nothing waits on this error
 			}
 		},
 		ObserveAck: func(err error) {

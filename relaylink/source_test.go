@@ -31,7 +31,7 @@ func TestReceiverErrors(t *testing.T) {
 	} {
 		err := ReceiverError(c.err)
 		var re *checkpoint.RelayError
-		if !errors.As(err, &re) || re.Kind != c.kind || re.Epoch != c.epoch || re.RetryAfter != c.retry {
+		if !errors.As(err, &re) || re.Kind != c.kind || re.Epoch != c.epoch || re.RetryAfter != c.retry { //nolint:errorlint // fields compared, not errors
 			t.Errorf("%s: ReceiverError = %#v, want kind %v, epoch %q, retry %s", c.name, err, c.kind, c.epoch, c.retry)
 		}
 		if !errors.Is(err, c.err) || err.Error() != c.err.Error() {

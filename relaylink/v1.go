@@ -348,7 +348,7 @@ func (l *Link) sourceV1(c *Conn) SourceV1 {
 				l.host.Answered(ctx)
 			case ctx.Err() != nil:
 			default:
-				l.failed(c, OpPull, err)
+				_ = l.failed(c, OpPull, err) // recorded; nothing waits on this error
 			}
 		},
 	}

@@ -95,7 +95,7 @@ func (s *Server) v1Candidates(r *http.Request) (hopCaller, error) {
 // live enrolment. A revoked key is named only to a caller that proved it holds the key.
 func (s *Server) verify(r *http.Request, c hopCaller, body []byte) (Enrolment, error) {
 	path := mbx.RelaySignedPath(r.URL)
-	var last error = ErrNotEnrolled
+	last := ErrNotEnrolled
 	for _, e := range c.cands {
 		err := mbx.VerifyRelayHop(e.HostPubkey, r.Header, r.Method, path, body, s.opt.Clock())
 		if err != nil {

@@ -108,15 +108,6 @@ func (w *statusWriter) Write(b []byte) (int, error) {
 // Unwrap lets http.ResponseController reach the connection's writer.
 func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
-// unwrapWriter returns the connection's own writer under a statusWriter, so that
-// http.MaxBytesReader can tell the server to close a connection whose body was over its cap.
-func unwrapWriter(w http.ResponseWriter) http.ResponseWriter {
-	if sw, ok := w.(*statusWriter); ok {
-		return sw.ResponseWriter
-	}
-	return w
-}
-
 // serveObserved serves r with a request id in its context and its answer header, then counts it
 // (metrics by route and status) and logs it at debug level.
 func (s *Server) serveObserved(w http.ResponseWriter, r *http.Request) {

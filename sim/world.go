@@ -12,7 +12,6 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"strings"
 	"time"
 
 	"github.com/agentmbx/agentmbx/api"
@@ -493,11 +492,4 @@ func (w *world) downHosts() []string {
 		}
 	}
 	return out
-}
-
-func joinOr(ss []string, none string) string {
-	if len(ss) == 0 {
-		return none
-	}
-	return strings.Join(ss, ",")
 }

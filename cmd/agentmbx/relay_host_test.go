@@ -13,7 +13,6 @@ import (
 	"regexp"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/agentmbx/agentmbx/api"
 	"github.com/agentmbx/agentmbx/internal/testkit"
@@ -22,12 +21,11 @@ import (
 
 // relayProc is a relay running as a child process.
 type relayProc struct {
-	t     *testing.T
-	dir   string // the store directory
-	addr  string // host:port
-	p     *testkit.Proc
-	log   *testkit.SyncBuffer
-	start time.Time
+	t    *testing.T
+	dir  string // the store directory
+	addr string // host:port
+	p    *testkit.Proc
+	log  *testkit.SyncBuffer
 }
 
 // startRelayProc runs `agentmbx relay serve` on listen (127.0.0.1:0 for a free port) over the
@@ -145,7 +143,7 @@ func TestE2ERelayNoLANRoute(t *testing.T) {
 		rows := a.outboxRows(id2)
 		return len(rows) == 1 && rows[0].Attempts > 0 && rows[0].State == "pending", fmt.Sprintf("%+v", rows)
 	})
-	relay = startRelayProc(t, relay.dir, relay.addr)
+	startRelayProc(t, relay.dir, relay.addr) // the same relay back; its cleanup stops it
 	b.waitMail("bob", id2)
 	a.waitSent(id2, "delivered", "bob@beta")
 

@@ -115,7 +115,7 @@ func TestE2ERelayEnrolmentRecovery(t *testing.T) {
 
 	// The relay comes back with another key (a new store beside the old one): relay use stops.
 	relay.stop()
-	relay = startRelayProc(t, filepath.Join(dir, "relay2"), relay.addr)
+	startRelayProc(t, filepath.Join(dir, "relay2"), relay.addr) // its cleanup stops it
 	id4 := a.send("alice", "bob@beta", "four", "held while the relay key is unconfirmed")
 	served := ""
 	a.waitFor("relay use stopped", func() (bool, string) {

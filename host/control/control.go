@@ -118,7 +118,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	if raw, ok := res.(json.RawMessage); ok {
 		w.Header().Set("Content-Type", "application/json")
-		w.Write(raw)
+		_, _ = w.Write(raw) // a client gone mid-answer has nothing left to tell
 		return
 	}
 	writeJSON(w, http.StatusOK, res)
@@ -344,5 +344,5 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
-	w.Write(buf.Bytes())
+	_, _ = w.Write(buf.Bytes()) // a client gone mid-answer has nothing left to tell
 }

@@ -39,11 +39,11 @@ func WriteFileAtomic(path string, data []byte, perm os.FileMode) (err error) {
 	}
 	tmp := f.Name()
 	if err := writeSynced(f, data, perm); err != nil {
-		os.Remove(tmp)
+		_ = os.Remove(tmp) // the write's error is the one to report
 		return err
 	}
 	if err := os.Rename(tmp, path); err != nil {
-		os.Remove(tmp)
+		_ = os.Remove(tmp) // the rename's error is the one to report
 		return err
 	}
 	return SyncDir(dir)
@@ -81,8 +81,8 @@ func CreateExclusive(path string, perm os.FileMode) (*os.File, error) {
 		return nil, err
 	}
 	if err := f.Chmod(perm); err != nil {
-		f.Close()
-		os.Remove(path)
+		_ = f.Close() // the chmod's error is the one to report
+		_ = os.Remove(path)
 		return nil, err
 	}
 	return f, nil

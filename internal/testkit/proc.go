@@ -52,9 +52,9 @@ func RunKilled(t testing.TB, cmd *exec.Cmd, what string) []byte {
 	select {
 	case err = <-done:
 	case <-time.After(2 * ChildWait):
-		cmd.Process.Kill()
-		<-done
-		t.Fatalf("%s: still running after %s\n%s", what, 2*ChildWait, out.String())
+		_ = cmd.Process.Kill()
+		werr := <-done
+		t.Fatalf("%s: still running after %s (killed: %v)\n%s", what, 2*ChildWait, werr, out.String())
 	}
 	if !KilledBySIGKILL(err) {
 		t.Fatalf("%s ended with %v, want death by SIGKILL\n%s", what, err, out.String())
@@ -84,7 +84,7 @@ func StartProc(t testing.TB, cmd *exec.Cmd) *Proc {
 		close(p.done)
 	}()
 	t.Cleanup(func() {
-		cmd.Process.Kill()
+		_ = cmd.Process.Kill() // it may have exited already
 		<-p.done
 		if t.Failed() {
 			t.Logf("%s output:\n%s", cmd.Path, p.Log.String())

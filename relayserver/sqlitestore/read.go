@@ -23,7 +23,7 @@ func (s *Store) Enrolment(ctx context.Context, pubkey string) (relayserver.Enrol
 		return e, nil
 	}
 	e, err := getEnrolment(ctx, s.rq, pubkey)
-	if err != nil && err != relayserver.ErrNotFound {
+	if err != nil && !errors.Is(err, relayserver.ErrNotFound) {
 		return e, fmt.Errorf("sqlitestore: enrolment: %w", err)
 	}
 	if err == nil {
@@ -51,7 +51,7 @@ WHERE host_name = ? COLLATE NOCASE AND revoked_at IS NULL ORDER BY enrolled_at, 
 // EncAd implements relayserver.Store.
 func (s *Store) EncAd(ctx context.Context, pubkey string) (relayserver.EncAd, error) {
 	ad, err := getEncAd(ctx, s.rq, pubkey)
-	if err != nil && err != relayserver.ErrNotFound {
+	if err != nil && !errors.Is(err, relayserver.ErrNotFound) {
 		return ad, fmt.Errorf("sqlitestore: %w", err)
 	}
 	return ad, err
@@ -60,7 +60,7 @@ func (s *Store) EncAd(ctx context.Context, pubkey string) (relayserver.EncAd, er
 // SenderList implements relayserver.Store.
 func (s *Store) SenderList(ctx context.Context, target string) (relayserver.SenderList, error) {
 	l, err := getSenderList(ctx, s.rq, target)
-	if err != nil && err != relayserver.ErrNotFound {
+	if err != nil && !errors.Is(err, relayserver.ErrNotFound) {
 		return l, fmt.Errorf("sqlitestore: %w", err)
 	}
 	return l, err
@@ -196,7 +196,7 @@ func (s *Store) readPage(ctx context.Context, dc any, q pageQuery, p *relayserve
 	var total int64
 	last := q.after
 	for {
-		if err := rows.Next(row); err == io.EOF {
+		if err := rows.Next(row); errors.Is(err, io.EOF) {
 			break
 		} else if err != nil {
 			return err
