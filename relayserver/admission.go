@@ -108,7 +108,10 @@ func (s *Server) verify(r *http.Request, c hopCaller, body []byte) (Enrolment, e
 		if err := deniedEnrolment(e); err != nil {
 			return Enrolment{}, err
 		}
-		return e, nil
+		if err := s.expiredProof(e); err != nil {
+			return Enrolment{}, err
+		}
+		return e.Rights(s.opt.Clock()), nil
 	}
 	return Enrolment{}, last
 }

@@ -1,6 +1,9 @@
 package relayserver
 
-import "context"
+import (
+	"context"
+	"time"
+)
 
 // AuthRequest is what an enrolment authority decides on. The host has already proved, by signing
 // the relay's challenge, that it holds HostPubkey.
@@ -27,6 +30,17 @@ type AuthDecision struct {
 	// that lets a host without a token use the host-key challenge); nil means the one asked.
 	// Its Name and Rank are stored on the enrolment.
 	By EnrolmentAuthority
+	// Until is when what was proved ends (an account token's exp); zero: never. Past it the
+	// enrolment falls back to host-key rights, and on a relay that requires proof its hops are
+	// refused until the host enrols again with a fresh proof.
+	Until time.Time
+}
+
+// ProofRequirer is implemented by an authority that admits no host without a proof (a token
+// authority with --auth-required): host-key rights are then none, so an enrolment whose proof
+// expired is refused until it enrols again with a fresh one.
+type ProofRequirer interface {
+	ProofRequired() bool
 }
 
 // EnrolmentAuthority decides whether a host key may enrol (docs/design.md: Enrolment and

@@ -295,6 +295,17 @@ func deniedEnrolment(e Enrolment) error {
 		mbx.Fingerprint(e.HostPubkey), ErrDenied)
 }
 
+// expiredProof is the refusal of a hop by an enrolment whose proof (an account token) expired on a
+// relay that admits no host without one, or nil. The host enrols again with a fresh token, as it
+// does after any 403.
+func (s *Server) expiredProof(e Enrolment) error {
+	if !s.proofRequired || !e.AuthExpired(s.opt.Clock()) {
+		return nil
+	}
+	return fmt.Errorf("host key %s: %w: the account token it enrolled with expired at %s; enrol again with a fresh token",
+		mbx.Fingerprint(e.HostPubkey), ErrDenied, e.AuthUntil.UTC().Format(time.RFC3339))
+}
+
 // DenyWriter is the write side of the deny list.
 type DenyWriter interface {
 	// PutDeny adds d, replacing the entry of the same kind and value, and deletes the entries

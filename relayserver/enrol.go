@@ -83,7 +83,8 @@ func (s *Server) handleEnrol(w http.ResponseWriter, r *http.Request) {
 	var e Enrolment
 	err = s.store.Update(r.Context(), func(tx Tx) error {
 		e = Enrolment{HostPubkey: req.Pubkey, HostName: req.Host, OwnerFP: req.OwnerFP,
-			Account: dec.Account, Org: dec.Org, ClientID: dec.ClientID, AuthorizedBy: auth.Name(), AuthorityRank: auth.Rank(), EnrolledAt: now}
+			Account: dec.Account, Org: dec.Org, ClientID: dec.ClientID, AuthorizedBy: auth.Name(), AuthorityRank: auth.Rank(),
+			EnrolledAt: now, AuthUntil: dec.Until}
 		old, err := tx.Enrolment(req.Pubkey)
 		if err == nil && e.ClientID == "" {
 			// The client_id a token once proved for this key stays on it until a token proves
@@ -115,11 +116,12 @@ func (s *Server) handleEnrol(w http.ResponseWriter, r *http.Request) {
 			return fmt.Errorf("host key %s: %w", mbx.Fingerprint(req.Pubkey), ErrRevoked)
 		default:
 			e.EnrolledAt = old.EnrolledAt
-			if old.AuthorityRank > e.AuthorityRank && old.DeniedAt.IsZero() {
+			if old.AuthorityRank > e.AuthorityRank && old.DeniedAt.IsZero() && !old.AuthExpired(now) {
 				// A weaker authority never overwrites what a stronger one recorded (unless the
-				// deny list revoked that grant: then the new authority's word is all there is).
+				// deny list revoked that grant, or its proof expired: then the new authority's
+				// word is all there is).
 				e.Account, e.Org, e.ClientID = old.Account, old.Org, old.ClientID
-				e.AuthorizedBy, e.AuthorityRank = old.AuthorizedBy, old.AuthorityRank
+				e.AuthorizedBy, e.AuthorityRank, e.AuthUntil = old.AuthorizedBy, old.AuthorityRank, old.AuthUntil
 			}
 		}
 		return tx.PutEnrolment(e)

@@ -327,6 +327,9 @@ func (s *Server) pullWait(ctx context.Context, key string, after int64, limit in
 			if err := deniedEnrolment(e); err != nil {
 				return Page{}, nil, 0, err // the deny list revoked it meanwhile
 			}
+			if err := s.expiredProof(e); err != nil {
+				return Page{}, nil, 0, err
+			}
 		case wakeShutdown:
 			wait, retry = 0, drainRetryAfter // read once more and answer
 		default: // evicted by a newer pull of the key: read once more and answer

@@ -39,8 +39,9 @@ func PlanRotation(tx Tx, r Rotation) (nw Enrolment, retried bool, err error) {
 	}
 	nw.OwnerFP = old.OwnerFP
 	if old.AuthorityRank >= nw.AuthorityRank {
+		// The proof's end moves with what it proved: a rotation never extends account rights.
 		nw.Account, nw.Org, nw.AuthorizedBy, nw.AuthorityRank = old.Account, old.Org, old.AuthorizedBy, old.AuthorityRank
-		nw.ClientID = old.ClientID
+		nw.ClientID, nw.AuthUntil = old.ClientID, old.AuthUntil
 	}
 	return nw, false, nil
 }

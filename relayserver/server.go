@@ -158,6 +158,9 @@ type Server struct {
 	// budget and inflight bound the request bodies in flight (admission.go).
 	budget   *bodylimit.Budget
 	inflight *inflight
+	// proofRequired: the authority admits no host without a proof, so an enrolment whose proof
+	// expired has no rights left (AuthDecision.Until).
+	proofRequired bool
 	// cap holds the relay-wide limits (capacity.go).
 	cap  *capacity
 	met  *Metrics
@@ -300,6 +303,9 @@ func New(ctx context.Context, store Store, opt Options) (*Server, error) {
 		budget:     bodylimit.NewBudget(opt.BodyBudget),
 		inflight:   &inflight{max: opt.MaxPerClient, m: map[string]int{}},
 		met:        opt.Metrics,
+	}
+	if pr, ok := opt.Authority.(ProofRequirer); ok {
+		s.proofRequired = pr.ProofRequired()
 	}
 	s.ops.init(opt.Clock())
 	s.deny.applied = map[string]bool{}

@@ -44,10 +44,29 @@ type Enrolment struct {
 	// DeniedAt is when the operator's deny list revoked the enrolment (zero: it did not). The
 	// host's hops are refused until it enrols again, which clears it.
 	DeniedAt time.Time
+	// AuthUntil is when what the authority proved ends: an account token's exp (zero: never, as
+	// for the host-key challenge). Past it the enrolment has host-key rights (Rights).
+	AuthUntil time.Time
 }
 
 // Live reports whether the enrolment is not revoked.
 func (e Enrolment) Live() bool { return e.RevokedAt.IsZero() }
+
+// AuthExpired reports whether what the enrolment's authority proved has ended at now.
+func (e Enrolment) AuthExpired(now time.Time) bool {
+	return !e.AuthUntil.IsZero() && !now.Before(e.AuthUntil)
+}
+
+// Rights is the enrolment as it counts at now: once its authority's proof has expired, the
+// rights of the host-key challenge (no account, org or rank; a name outside any account's
+// namespace for lookups). The client_id stays, for the deny list.
+func (e Enrolment) Rights(now time.Time) Enrolment {
+	if e.AuthExpired(now) {
+		e.Account, e.Org = "", ""
+		e.AuthorizedBy, e.AuthorityRank = HostKeyAuthority{}.Name(), HostKeyAuthority{}.Rank()
+	}
+	return e
+}
 
 // EncAd is what a host published about its enc key: the v1 ad (unexpiring, signature over
 // {v:1, host, enc_pub}) and/or the v2 ad (expiring, kept as the JSON received). Both, when

@@ -2,7 +2,7 @@ package pgstore
 
 // SchemaVersion is the schema this binary writes. Open refuses a database with a higher version
 // and migrates a lower one, in one transaction.
-const SchemaVersion = 3
+const SchemaVersion = 4
 
 // migrations[i] takes a database from schema version i to i+1. A new database runs all of them.
 // Times are unix milliseconds (bigint), as in the SQLite store.
@@ -126,5 +126,10 @@ INSERT INTO usage(target_pubkey, sender_pubkey, items, bytes)
 ALTER TABLE deny ADD COLUMN reclaim_at bigint NOT NULL DEFAULT 0;   -- 0: never asked
 ALTER TABLE deny ADD COLUMN reclaimed_at bigint NOT NULL DEFAULT 0; -- 0: never done
 ALTER TABLE deny ADD COLUMN reclaimed text NOT NULL DEFAULT '';     -- JSON of what it deleted
+`,
+	// 3 → 4: when the account rights an enrolment's authority proved end (an account token's
+	// exp), unix ms; NULL: they do not.
+	`
+ALTER TABLE enrolments ADD COLUMN auth_until bigint;
 `,
 }

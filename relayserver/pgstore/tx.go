@@ -193,15 +193,16 @@ func (t *tx) PutEnrolment(e relayserver.Enrolment) error {
 	err := t.guarded(func() error {
 		_, err := t.q.Exec(t.ctx, `
 INSERT INTO enrolments(host_pubkey, host_name, owner_fp, account, org, authorized_by, authority_rank,
-	enrolled_at, revoked_at, client_id, denied_at)
-VALUES($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
+	enrolled_at, revoked_at, client_id, denied_at, auth_until)
+VALUES($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)
 ON CONFLICT(host_pubkey) DO UPDATE SET host_name = excluded.host_name, owner_fp = excluded.owner_fp,
 	account = excluded.account, org = excluded.org, authorized_by = excluded.authorized_by,
 	authority_rank = excluded.authority_rank, enrolled_at = excluded.enrolled_at,
 	revoked_at = COALESCE(enrolments.revoked_at, excluded.revoked_at),
-	client_id = excluded.client_id, denied_at = excluded.denied_at`,
+	client_id = excluded.client_id, denied_at = excluded.denied_at, auth_until = excluded.auth_until`,
 			e.HostPubkey, e.HostName, e.OwnerFP, storekit.NullStr(e.Account), e.Org, e.AuthorizedBy,
-			e.AuthorityRank, storekit.MS(e.EnrolledAt), storekit.NullMS(e.RevokedAt), e.ClientID, storekit.NullMS(e.DeniedAt))
+			e.AuthorityRank, storekit.MS(e.EnrolledAt), storekit.NullMS(e.RevokedAt), e.ClientID, storekit.NullMS(e.DeniedAt),
+			storekit.NullMS(e.AuthUntil))
 		return err
 	})
 	if isUnique(err) {

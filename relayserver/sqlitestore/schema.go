@@ -2,7 +2,7 @@ package sqlitestore
 
 // SchemaVersion is the schema this binary writes. Open refuses a store with a higher version and
 // migrates a lower one, in one transaction that keeps the epoch.
-const SchemaVersion = 6
+const SchemaVersion = 7
 
 // migrations[i] takes a store from schema version i to i+1. A new store runs all of them.
 var migrations = []string{
@@ -218,5 +218,10 @@ INSERT INTO usage(target_pubkey, sender_pubkey, items, bytes)
 ALTER TABLE deny ADD COLUMN reclaim_at INTEGER NOT NULL DEFAULT 0;   -- unix ms; 0: never asked
 ALTER TABLE deny ADD COLUMN reclaimed_at INTEGER NOT NULL DEFAULT 0; -- unix ms; 0: never done
 ALTER TABLE deny ADD COLUMN reclaimed TEXT NOT NULL DEFAULT '';      -- JSON of what it deleted
+`,
+	// 6 → 7: when the account rights an enrolment's authority proved end (an account token's
+	// exp), unix ms; NULL: they do not.
+	`
+ALTER TABLE enrolments ADD COLUMN auth_until INTEGER;
 `,
 }

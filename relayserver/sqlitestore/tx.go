@@ -122,15 +122,16 @@ func (t *tx) Enrolment(pubkey string) (relayserver.Enrolment, error) {
 func (t *tx) PutEnrolment(e relayserver.Enrolment) error {
 	_, err := t.q.ExecContext(bg, `
 INSERT INTO enrolments(host_pubkey, host_name, owner_fp, account, org, authorized_by, authority_rank,
-	enrolled_at, revoked_at, client_id, denied_at)
-VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+	enrolled_at, revoked_at, client_id, denied_at, auth_until)
+VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 ON CONFLICT(host_pubkey) DO UPDATE SET host_name = excluded.host_name, owner_fp = excluded.owner_fp,
 	account = excluded.account, org = excluded.org, authorized_by = excluded.authorized_by,
 	authority_rank = excluded.authority_rank, enrolled_at = excluded.enrolled_at,
 	revoked_at = COALESCE(enrolments.revoked_at, excluded.revoked_at),
-	client_id = excluded.client_id, denied_at = excluded.denied_at`,
+	client_id = excluded.client_id, denied_at = excluded.denied_at, auth_until = excluded.auth_until`,
 		e.HostPubkey, e.HostName, e.OwnerFP, storekit.NullStr(e.Account), e.Org, e.AuthorizedBy,
-		e.AuthorityRank, storekit.MS(e.EnrolledAt), storekit.NullMS(e.RevokedAt), e.ClientID, storekit.NullMS(e.DeniedAt))
+		e.AuthorityRank, storekit.MS(e.EnrolledAt), storekit.NullMS(e.RevokedAt), e.ClientID, storekit.NullMS(e.DeniedAt),
+		storekit.NullMS(e.AuthUntil))
 	if err != nil {
 		if isUnique(err) {
 			return fmt.Errorf("put enrolment %q: %w", e.HostName, relayserver.ErrNameTaken)

@@ -20,7 +20,7 @@ func testEnrolmentNamesAndRevocation(t *testing.T, s relayserver.Store) {
 	}
 	// Inside one proven account the name is unique, case-insensitively.
 	box := relayserver.Enrolment{HostPubkey: Key(10), HostName: "Box", OwnerFP: "fp", Account: "acct", Org: "org",
-		AuthorizedBy: "token", AuthorityRank: 10, EnrolledAt: at}
+		AuthorizedBy: "token", AuthorityRank: 10, EnrolledAt: at, AuthUntil: at.Add(15 * time.Minute)}
 	if err := enrol(t, s, box); err != nil {
 		t.Fatal(err)
 	}
@@ -282,7 +282,8 @@ func testRotateSenderRows(t *testing.T, s relayserver.Store) {
 	old, nw, peer := Key(1), Key(2), Key(3)
 	at := time.UnixMilli(1)
 	if err := enrol(t, s, relayserver.Enrolment{HostPubkey: old, HostName: "laptop", OwnerFP: "fp",
-		Account: "acme", Org: "o", AuthorizedBy: "sso", AuthorityRank: 5, EnrolledAt: at}); err != nil {
+		Account: "acme", Org: "o", AuthorizedBy: "sso", AuthorityRank: 5, EnrolledAt: at,
+		AuthUntil: time.UnixMilli(900_000)}); err != nil {
 		t.Fatal(err)
 	}
 	sent := Insert(t, s, NewItem(peer, old, "s1", "s1", 100))
@@ -305,7 +306,7 @@ func testRotateSenderRows(t *testing.T, s relayserver.Store) {
 	}
 	n, err := s.Enrolment(ctx, nw)
 	want := relayserver.Enrolment{HostPubkey: nw, HostName: "laptop", OwnerFP: "fp", Account: "acme", Org: "o",
-		AuthorizedBy: "sso", AuthorityRank: 5, EnrolledAt: time.UnixMilli(200)}
+		AuthorizedBy: "sso", AuthorityRank: 5, EnrolledAt: time.UnixMilli(200), AuthUntil: time.UnixMilli(900_000)}
 	if err != nil || !sameEnrolment(n, want) {
 		t.Fatalf("new key = %+v, %v; want %+v", n, err, want)
 	}
@@ -349,5 +350,6 @@ func testRotateSenderRows(t *testing.T, s relayserver.Store) {
 func sameEnrolment(a, b relayserver.Enrolment) bool {
 	ta, tb := a, b
 	ta.EnrolledAt, ta.RevokedAt, tb.EnrolledAt, tb.RevokedAt = time.Time{}, time.Time{}, time.Time{}, time.Time{}
-	return ta == tb && a.EnrolledAt.Equal(b.EnrolledAt) && a.RevokedAt.Equal(b.RevokedAt)
+	ta.AuthUntil, tb.AuthUntil = time.Time{}, time.Time{}
+	return ta == tb && a.EnrolledAt.Equal(b.EnrolledAt) && a.RevokedAt.Equal(b.RevokedAt) && a.AuthUntil.Equal(b.AuthUntil)
 }

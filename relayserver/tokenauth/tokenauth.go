@@ -218,8 +218,15 @@ func (a *Authority) Authorize(ctx context.Context, req relayserver.AuthRequest) 
 	if err != nil {
 		return refuse("account token refused: " + err.Error())
 	}
-	return relayserver.AuthDecision{OK: true, Account: c.Account, Org: c.Org, ClientID: c.ClientID}, nil
+	// The account rights last as long as the token: past its exp the enrolment has host-key
+	// rights (none with Required) until the host enrols again with a fresh token.
+	return relayserver.AuthDecision{OK: true, Account: c.Account, Org: c.Org, ClientID: c.ClientID,
+		Until: c.ExpiresAt.Time}, nil
 }
+
+// ProofRequired implements relayserver.ProofRequirer: with Required, a host without a valid
+// token has no rights.
+func (a *Authority) ProofRequired() bool { return a.cfg.Required }
 
 func refuse(reason string) (relayserver.AuthDecision, error) {
 	return relayserver.AuthDecision{Reason: reason}, nil

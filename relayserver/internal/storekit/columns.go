@@ -62,19 +62,20 @@ type Rows interface {
 
 // EnrolmentCols are the columns ScanEnrolment reads, in order.
 const EnrolmentCols = `host_pubkey, host_name, owner_fp, COALESCE(account, ''), org, authorized_by,
-	authority_rank, enrolled_at, COALESCE(revoked_at, 0), client_id, COALESCE(denied_at, 0)`
+	authority_rank, enrolled_at, COALESCE(revoked_at, 0), client_id, COALESCE(denied_at, 0),
+	COALESCE(auth_until, 0)`
 
 // ScanEnrolment reads a row of EnrolmentCols; the driver's noRows error (when not nil) becomes
 // relayserver.ErrNotFound.
 func ScanEnrolment(r Row, noRows error) (relayserver.Enrolment, error) {
 	var e relayserver.Enrolment
-	var enrolled, revoked, denied int64
+	var enrolled, revoked, denied, authUntil int64
 	err := r.Scan(&e.HostPubkey, &e.HostName, &e.OwnerFP, &e.Account, &e.Org, &e.AuthorizedBy,
-		&e.AuthorityRank, &enrolled, &revoked, &e.ClientID, &denied)
+		&e.AuthorityRank, &enrolled, &revoked, &e.ClientID, &denied, &authUntil)
 	if noRows != nil && errors.Is(err, noRows) {
 		return e, relayserver.ErrNotFound
 	}
-	e.EnrolledAt, e.RevokedAt, e.DeniedAt = FromMS(enrolled), FromMS(revoked), FromMS(denied)
+	e.EnrolledAt, e.RevokedAt, e.DeniedAt, e.AuthUntil = FromMS(enrolled), FromMS(revoked), FromMS(denied), FromMS(authUntil)
 	return e, err
 }
 
