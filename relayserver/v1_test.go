@@ -8,6 +8,7 @@ import (
 	"net/url"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/agentmbx/agentmbx/mbx"
 	"github.com/agentmbx/agentmbx/relayserver"
@@ -294,5 +295,37 @@ func TestV1FanOut(t *testing.T) {
 		if p := r2.v1Pull(h, 0); len(p.Items) != 0 {
 			t.Fatalf("a refused fan-out stored an item for %s", h.name)
 		}
+	}
+}
+
+// Issue 25, finding 7 (interop): a v1-pushed envelope expires after retention as a v2 item does,
+// as 0.5.11's relay does (its v1 push stores expires_at = accepted + retention and its sweep is
+// kind-blind); the sender gets the signed notice on v2, and a v1 pull never shows it.
+func TestV1ItemsExpireLike0511(t *testing.T) {
+	t.Parallel()
+	r, a, b, _ := setup(t, nil)
+	const id = "01KKNTQ2CN9WJ3MR4Q1P12F0V1"
+	if code, ans := r.v1Push(a, v1Env(id, "bob@beta")); code != 200 || ans.Stored != 1 {
+		t.Fatalf("v1 push = %d %+v", code, ans)
+	}
+	r.clock.Advance(14*day - time.Millisecond)
+	if rep := r.sweep(); expiredCount(rep) != 0 {
+		t.Fatalf("sweep before retention = %+v, want nothing expired", rep)
+	}
+	if p := r.v1Pull(b, 0); len(p.Items) != 1 {
+		t.Fatalf("beta's v1 pull before retention = %d items, want 1", len(p.Items))
+	}
+	r.clock.Advance(time.Millisecond)
+	if rep := r.sweep(); rep.Expired.Envelope != 1 || rep.Notices != 1 {
+		t.Fatalf("sweep at retention = %+v, want the v1 envelope expired and its sender told", rep)
+	}
+	if p := r.v1Pull(b, 0); len(p.Items) != 0 {
+		t.Fatalf("beta's v1 pull after retention = %d items, want none", len(p.Items))
+	}
+	if p := r.v1Pull(a, 0); len(p.Items) != 0 {
+		t.Fatalf("alpha's v1 pull shows %d items, want none (the notice is not an envelope)", len(p.Items))
+	}
+	if p := r.pull(a, 0); len(p.Items) != 1 || p.Items[0].Kind != "expired" || p.Items[0].ItemID != mbx.ExpiryNoticeItemID(id, b.pub()) {
+		t.Fatalf("alpha's v2 pull = %+v, want the expiry notice", p.Items)
 	}
 }
