@@ -107,8 +107,7 @@ func RunDaemon(ctx context.Context, dir string, opts DaemonOptions) (err error) 
 	h.daemon = true
 	h.run = &daemonRun{started: h.clock(), stop: stopDaemon}
 	h.mu.Unlock()
-	lanSrv := &http.Server{Handler: h.lanSrv.Handler(), ReadHeaderTimeout: 10 * time.Second, ReadTimeout: time.Minute,
-		WriteTimeout: time.Minute, IdleTimeout: 2 * time.Minute, MaxHeaderBytes: 64 << 10}
+	lanSrv := lan.NewHTTPServer(h.lanSrv.Handler())
 	sockSrv := &http.Server{Handler: controlHandler(h), ReadHeaderTimeout: 10 * time.Second}
 	errc := make(chan error, 2)
 	go func() { errc <- serveErr("control socket", sockSrv.Serve(sockLn)) }()

@@ -7,9 +7,11 @@
 // the named host is a pinned peer (else 401); reads at most mbx.MaxLANBody (else 413) within a
 // budget of body bytes in flight (else 503); and verifies the hop against the peer's pinned key
 // (else 401). What passes is handed to the Host, which stores it and answers one status per item;
-// the server stores nothing itself. Served through Handler on a listener wrapped by Limit, it
-// holds at most ServerOptions.MaxConns connections; refused requests are logged at most once a
-// minute, with their count.
+// the server stores nothing itself. Served through Handler by NewHTTPServer (header, idle and
+// request timeouts) on a listener wrapped by Limit, it holds at most ServerOptions.MaxConns
+// connections, at most ServerOptions.MaxConnsPerAddr of them from one client address; refused
+// requests are logged at most once a minute, with their count. The pairing server of `agentmbx
+// pair` without a daemon is served the same way (LimitListener).
 //
 // The transport sends a peer's envelopes in batches that fit the receiver's caps, and its
 // receipts in batches of mbx.ReceiptBatchMax, and turns the answers into outbox.Outcomes: a

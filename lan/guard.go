@@ -10,7 +10,6 @@ import (
 	"sync"
 	"time"
 
-	"golang.org/x/net/netutil"
 	"golang.org/x/time/rate"
 
 	"github.com/agentmbx/agentmbx/internal/bodylimit"
@@ -38,9 +37,12 @@ const (
 )
 
 // Limit wraps the LAN listener ln so that at most ServerOptions.MaxConns connections are served
-// at once (netutil.LimitListener).
+// at once, at most ServerOptions.MaxConnsPerAddr from one client address (LimitListener); the
+// connections refused for their address are logged with the other refusals.
 func (s *Server) Limit(ln net.Listener) net.Listener {
-	return netutil.LimitListener(ln, s.opt.MaxConns)
+	return LimitListener(ln, s.opt.MaxConns, s.opt.MaxConnsPerAddr, func(addr string) {
+		s.refused.note(addr, "", "too many connections from this address")
+	})
 }
 
 // Handler is what to serve on the LAN listener: the mux, with each request's ticket on the body

@@ -72,6 +72,15 @@ type lanWorld struct {
 	clock *testkit.Clock
 	addr  string
 	log   *testkit.SyncBuffer
+	held  atomic.Int32 // connections hold opened, for their source addresses
+}
+
+// dialSpread dials addr from the loopback address 127.0.3.N, N from i, so that many test
+// connections stand for many hosts (the LAN server bounds the connections of each address).
+func dialSpread(addr string, i int) (net.Conn, error) {
+	src := net.IPv4(127, 0, byte(3+i/250), byte(1+i%250))
+	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: src}, Timeout: 30 * time.Second}
+	return d.Dial("tcp", addr)
 }
 
 func newLAN(t *testing.T, opt lan.ServerOptions) *lanWorld {
@@ -92,7 +101,7 @@ func newLAN(t *testing.T, opt lan.ServerOptions) *lanWorld {
 // hold sends the header of a POST of length body bytes, signed by k as host name at ts (a junk
 // signature when k is nil), and keeps the connection open.
 func (w *lanWorld) hold(name string, ts time.Time, length int) (net.Conn, *bufio.Reader) {
-	c, err := net.Dial("tcp", w.addr)
+	c, err := dialSpread(w.addr, int(w.held.Add(1)))
 	if err != nil {
 		w.t.Fatal(err)
 	}

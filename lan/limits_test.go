@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 
@@ -19,16 +20,32 @@ type pipeListener struct {
 	conns chan net.Conn
 	done  chan struct{}
 	once  sync.Once
+	n     atomic.Int32 // connections dialled, for their default addresses
 }
+
+// pipeConn is the server's end of a pipe, with the client address it claims.
+type pipeConn struct {
+	net.Conn
+	remote net.Addr
+}
+
+func (c pipeConn) RemoteAddr() net.Addr { return c.remote }
 
 func newPipeListener() *pipeListener {
 	return &pipeListener{conns: make(chan net.Conn), done: make(chan struct{})}
 }
 
 // dial queues a connection for Accept (on its own goroutine: it waits until the server takes it)
-// and returns the client's end.
+// from an address of its own (127.0.1.N) and returns the client's end.
 func (l *pipeListener) dial() net.Conn {
-	server, client := net.Pipe()
+	n := l.n.Add(1)
+	return l.dialFrom(fmt.Sprintf("127.0.%d.%d", 1+n/250, 1+n%250))
+}
+
+// dialFrom is dial from the client address ip.
+func (l *pipeListener) dialFrom(ip string) net.Conn {
+	s, client := net.Pipe()
+	server := pipeConn{Conn: s, remote: &net.TCPAddr{IP: net.ParseIP(ip), Port: 40000}}
 	go func() {
 		select {
 		case l.conns <- server:

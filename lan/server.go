@@ -44,6 +44,9 @@ type ServerOptions struct {
 	Version string           // reported on GET /v2/status
 	// MaxConns caps the connections served at once (Limit). Default DefaultMaxConns.
 	MaxConns int
+	// MaxConnsPerAddr caps the connections of one client address (Limit). Default
+	// DefaultMaxConnsPerAddr.
+	MaxConnsPerAddr int
 	// BodyBudget caps the body bytes in flight across requests (Handler), counted as they
 	// arrive; past it requests get 503 and the rest of their body is not read. Default
 	// DefaultBodyBudget.
@@ -77,6 +80,9 @@ func NewServer(h Host, opt ServerOptions) *Server {
 	}
 	if opt.MaxConns <= 0 {
 		opt.MaxConns = DefaultMaxConns
+	}
+	if opt.MaxConnsPerAddr <= 0 {
+		opt.MaxConnsPerAddr = DefaultMaxConnsPerAddr
 	}
 	if opt.BodyBudget <= 0 {
 		opt.BodyBudget = DefaultBodyBudget

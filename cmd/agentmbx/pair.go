@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"net/http"
 	"os"
 	"strconv"
 	"time"
@@ -14,6 +13,7 @@ import (
 
 	"github.com/agentmbx/agentmbx/api"
 	"github.com/agentmbx/agentmbx/host"
+	"github.com/agentmbx/agentmbx/lan"
 )
 
 // cancelUnlessDone ends the pairing session unless *done: a command that leaves early (an
@@ -208,8 +208,9 @@ func servePairLAN(h *host.Host, listen string) (stop func(), addr string, err er
 		return nil, "", hint(fmt.Errorf("pair: listen on %s: %w", listen, err),
 			"is another program (a daemon of another home?) on that port? choose one with --listen")
 	}
-	srv := &http.Server{Handler: h.LANMux(), ReadHeaderTimeout: 10 * time.Second}
-	go srv.Serve(ln)
+	// The same bounds as the daemon's LAN server: strangers reach this port before any pairing.
+	srv := lan.NewHTTPServer(h.LANMux())
+	go srv.Serve(lan.LimitListener(ln, lan.DefaultMaxConns, lan.DefaultMaxConnsPerAddr, nil))
 	stop = func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
