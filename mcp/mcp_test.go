@@ -389,7 +389,7 @@ func TestBadInputIsAToolErrorThatSaysWhatToFix(t *testing.T) {
 		{"mbx_search", map[string]any{"query": ""}, []string{"query"}},
 		{"mbx_search", map[string]any{"query": "!!!"}, []string{"no words"}},
 		{"mbx_thread", map[string]any{}, []string{"id"}},
-		{"mbx_sent", map[string]any{"id": okID}, []string{"did not send"}},
+		{"mbx_sent", map[string]any{"id": okID}, []string{"not found among the messages you sent"}},
 		{"mbx_reply", map[string]any{"id": okID, "body": "x"}, []string{"not found"}},
 		{"mbx_reply", map[string]any{"id": okID}, []string{"body"}},
 		{"mbx_whoami", map[string]any{"as": "bob"}, []string{"as"}},

@@ -263,7 +263,7 @@ func explain(err error) error {
 		return fmt.Errorf("%w (%s)", err, h.Hint())
 	}
 	if api.CodeOf(err) == api.CodeNotFound {
-		return fmt.Errorf("%w (mbx_inbox {\"all\": true} lists your mail, mbx_search finds it by words; mbx_sent takes only ids this host sent)", err)
+		return fmt.Errorf("%w (mbx_inbox {\"all\": true} lists your mail, mbx_search finds it by words; mbx_sent takes only the ids of messages you sent)", err)
 	}
 	return err
 }

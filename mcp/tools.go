@@ -2,6 +2,7 @@ package mcp
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -478,6 +479,16 @@ func (t *tools) sent(ctx context.Context, _ *sdk.CallToolRequest, in idIn) (*sdk
 	keys := map[string]string{}
 	err := t.with(ctx, func(c Conn) error {
 		s, err := c.Host.Sent(ctx, in.ID)
+		// The host keeps the delivery state of every message it sent; an agent sees only its
+		// own. Another agent's message reads exactly like an unknown id, so that its existence
+		// is not told either.
+		from, _, _ := strings.Cut(s.From, "@")
+		if errors.Is(err, api.ErrNotFound) || err == nil && from != t.agent {
+			return fmt.Errorf("message %s: %w among the messages you sent", in.ID, api.ErrNotFound)
+		}
+		if err != nil {
+			return err
+		}
 		out = s
 		ss := &senders{h: c.Host}
 		for _, r := range s.Recipients {
