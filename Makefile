@@ -53,7 +53,8 @@ bench:
 # The figures README.md and docs/ quote, measured again: the demo, relay bench, the split and
 # floor benchmarks, outbox pages, search on 100,000 messages, the abuse peaks, push pacing and
 # recovery after an outage, FIGURES_RUNS times each (in turn), into docs/figures.md with the date,
-# the machine and the ranges (internal/figures; about 7 minutes a run on 2 cores; not in CI).
+# the machine and the ranges (internal/figures; about 10 minutes a run on a loaded 2-core machine;
+# not in CI).
 FIGURES_RUNS ?= 3
 figures:
 	GO=$(GO) $(GO) run ./internal/figures -runs $(FIGURES_RUNS) -out docs/figures.md

@@ -53,11 +53,14 @@ func TestParsers(t *testing.T) {
 			"store-less floor server, 1-item pushes: with its pushers":       {Unit: "µs", Value: 204},
 			"store-less floor server, 200-item batches: ÷ the Ed25519 floor": {Unit: "×", Value: 2},
 		}},
-		{"abuse.txt", parseAbuse, 5, map[string]sample{
-			"relay, 40 slow pulls of the largest page from one key (20 MiB queue)": {Unit: "MB", Value: 128},
-			"relay, wave 2 (the process's peak so far)":                            {Unit: "MB", Value: 119},
-			"relay, 12,000 challenges from 400 /64s of one /56":                    {Unit: "MB", Value: 36},
-			"LAN, 300 connections naming a paired peer with 1 MiB bodies":          {Unit: "MB", Value: 43},
+		{"abuse.txt", parseAbuse, 8, map[string]sample{
+			"relay, one key pushes 12,000 envelopes to itself and acks them: the store grew":                                {Unit: "MB", Value: 5.3},
+			"relay, 100 keys each push 600 envelopes to themselves and ack them (cap 400 dedup rows a key)":                 {Unit: "MB", Value: 41},
+			"relay, 100 keys each push 600 envelopes to themselves and ack them (cap 400 dedup rows a key): the store grew": {Unit: "MB", Value: 8.6},
+			"relay, 40 slow pulls of the largest page from one key (20 MiB queue)":                                          {Unit: "MB", Value: 128},
+			"relay, wave 2 (the process's peak so far)":                                                                     {Unit: "MB", Value: 119},
+			"relay, 12,000 challenges from 400 /64s of one /56":                                                             {Unit: "MB", Value: 36},
+			"LAN, 300 connections naming a paired peer with 1 MiB bodies":                                                   {Unit: "MB", Value: 43},
 		}},
 		{"pacing.txt", parsePacing, 6, map[string]sample{
 			"push requests (all hosts, receipts included) for 2,000 envelope rows": {Value: 66},
@@ -165,6 +168,7 @@ func TestLogLinesStillPrinted(t *testing.T) {
 		"../../relayserver/abuse_rss_test.go":          {`"abuse: relay, `, `peak RSS %d MB`},
 		"../../relayserver/abuse_push_rss_test.go":     {`"abuse: relay, `, `peak RSS so far %d MB`, `peak RSS %d MB`},
 		"../../cmd/agentmbx/mcp_subscribe_e2e_test.go": {`"send → notification over loopback, 20 sends: median %v, min %v, max %v"`},
+		"../../relayserver/abuse_tombstone_test.go":    {`"abuse: relay, `, `store grew %.1f MB`, `peak RSS %d MB"`},
 		"../../lan/abuse_rss_test.go":                  {`"abuse: LAN, `, `peak RSS %d MB`},
 		"../../relayserver/bench_split_test.go":        {`"relay-cpu-µs/item"`, `"pusher-cpu-µs/item"`, `"units/commit"`, `"batch=%d"`},
 		"../../relayserver/bench_floor_test.go":        {`"floor-ratio"`, `"cpu-µs/item"`},
@@ -221,6 +225,12 @@ func TestFmtNum(t *testing.T) {
 		if got := fmtNum(v); got != want {
 			t.Errorf("fmtNum(%v) = %q, want %q", v, got, want)
 		}
+	}
+	if got := valueRange([]float64{16, 28.2}); got != "16.0–28.2" {
+		t.Errorf("valueRange(16, 28.2) = %q, want 16.0–28.2", got)
+	}
+	if got := valueRange([]float64{60, 73}); got != "60–73" {
+		t.Errorf("valueRange(60, 73) = %q, want 60–73", got)
 	}
 	if got := cpuModel("processor\t: 0\nmodel name\t: AMD EPYC 7B13\n", "amd64"); got != "AMD EPYC 7B13" {
 		t.Errorf("cpuModel = %q", got)

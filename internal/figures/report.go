@@ -89,9 +89,16 @@ func indentBlock(s string) string {
 	return first + "\n\n```text\n" + rest + "\n```\n"
 }
 
-// valueRange is "lo–hi" of vs, or one value when they print the same.
+// valueRange is "lo–hi" of vs, or one value when they print the same. Whole numbers print as
+// such only when every value is one (16–28.2 would read as a count next to a measure).
 func valueRange(vs []float64) string {
-	lo, hi := fmtNum(slices.Min(vs)), fmtNum(slices.Max(vs))
+	format := fmtNum
+	for _, v := range vs {
+		if v != math.Trunc(v) {
+			format = fmtFrac
+		}
+	}
+	lo, hi := format(slices.Min(vs)), format(slices.Max(vs))
 	if lo == hi {
 		return lo
 	}
@@ -100,9 +107,19 @@ func valueRange(vs []float64) string {
 
 // fmtNum prints v with about three significant digits, whole numbers with thousands separators.
 func fmtNum(v float64) string {
+	if v == math.Trunc(v) && math.Abs(v) < 1e15 {
+		return commas(int64(v))
+	}
+	return fmtFrac(v)
+}
+
+// fmtFrac prints v with about three significant digits (a whole number too: 16.0).
+func fmtFrac(v float64) string {
 	a := math.Abs(v)
 	switch {
-	case v == math.Trunc(v) && a < 1e15, a >= 1000:
+	case v == 0:
+		return "0"
+	case a >= 1000:
 		return commas(int64(math.Round(v)))
 	case a >= 100:
 		return strconv.FormatFloat(v, 'f', 0, 64)

@@ -392,10 +392,12 @@ func mustAtoi(b []byte) int64 {
 var (
 	abuseLine = regexp.MustCompile(`abuse: (.*)`)
 	peakRSS   = regexp.MustCompile(`peak RSS(?: so far)? (\d+) MB`)
+	storeGrew = regexp.MustCompile(`store grew ([0-9.]+) MB`)
 	inDur     = regexp.MustCompile(` in [0-9.]+[a-zµ]+$`)
 )
 
-// parseAbuse reads the "abuse: WHO, WHAT: answers …; peak RSS N MB" lines of the TestAbuse tests.
+// parseAbuse reads the "abuse: WHO, WHAT: answers …; peak RSS N MB" lines of the TestAbuse tests
+// (and "store grew N MB" where a line has it).
 func parseAbuse(out []byte) ([]sample, error) {
 	var s []sample
 	for _, line := range strings.Split(string(out), "\n") {
@@ -405,15 +407,21 @@ func parseAbuse(out []byte) ([]sample, error) {
 		}
 		label, _, _ := strings.Cut(m[1], ": ")
 		label = inDur.ReplaceAllString(label, "")
-		p := peakRSS.FindStringSubmatch(m[1])
-		if p == nil {
-			return nil, fmt.Errorf("no peak RSS in %q", line)
+		p, g := peakRSS.FindStringSubmatch(m[1]), storeGrew.FindStringSubmatch(m[1])
+		if p == nil && g == nil {
+			return nil, fmt.Errorf("no peak RSS and no store growth in %q", line)
 		}
-		v, _ := strconv.ParseFloat(p[1], 64)
-		if strings.Contains(p[0], "so far") {
-			label += " (the process's peak so far)"
+		if g != nil {
+			v, _ := strconv.ParseFloat(g[1], 64)
+			s = append(s, sample{label + ": the store grew", "MB", v})
 		}
-		s = append(s, sample{label, "MB", v})
+		if p != nil {
+			v, _ := strconv.ParseFloat(p[1], 64)
+			if strings.Contains(p[0], "so far") {
+				label += " (the process's peak so far)"
+			}
+			s = append(s, sample{label, "MB", v})
+		}
 	}
 	if len(s) == 0 {
 		return nil, fmt.Errorf("no 'abuse:' line in the output")
