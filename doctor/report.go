@@ -7,6 +7,8 @@ import (
 	"strings"
 
 	"github.com/charmbracelet/lipgloss"
+
+	"github.com/agentmbx/agentmbx/internal/termtext"
 )
 
 // Status is the outcome of one check.
@@ -138,12 +140,5 @@ func detailLines(d string) []string {
 }
 
 // oneLine makes text from the store, a relay or a peer safe to print on one terminal line:
-// control characters (escape sequences, newlines) become spaces.
-func oneLine(s string) string {
-	return strings.Map(func(r rune) rune {
-		if r < 0x20 || r == 0x7f || (r >= 0x80 && r < 0xa0) || r == 0x2028 || r == 0x2029 {
-			return ' '
-		}
-		return r
-	}, s)
-}
+// controls (escape sequences, newlines) and bidi overrides are escaped (internal/termtext).
+func oneLine(s string) string { return termtext.Line(s) }

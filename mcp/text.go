@@ -8,6 +8,7 @@ import (
 
 	"github.com/agentmbx/agentmbx/api"
 	"github.com/agentmbx/agentmbx/client"
+	"github.com/agentmbx/agentmbx/internal/termtext"
 )
 
 // The text summaries. Everything that came from another agent (subjects, bodies, notes,
@@ -18,55 +19,25 @@ import (
 // previewRunes bounds an item's preview.
 const previewRunes = 160
 
-// hidden reports the runes a text summary shows as escapes: C0 and C1 controls and DEL,
-// the line and paragraph separators, and the bidirectional embeddings, overrides and isolates.
-func hidden(r rune) bool {
-	return r < 0x20 || (r >= 0x7f && r <= 0x9f) || r == 0x2028 || r == 0x2029 ||
-		(r >= 0x202a && r <= 0x202e) || (r >= 0x2066 && r <= 0x2069) || r == 0x200e || r == 0x200f || r == 0x061c
-}
+// block is text of several lines (a body), line text on one line (a subject, an address):
+// internal/termtext escapes their hidden runes, the same as the CLI does.
+func block(s string) string { return termtext.Block(s) }
 
-// escape writes r as visible text: \xNN for a byte-sized rune, \u{NNNN} otherwise.
-func escape(b *strings.Builder, r rune) {
-	if r <= 0xff {
-		fmt.Fprintf(b, "\\x%02x", r)
-		return
-	}
-	fmt.Fprintf(b, "\\u{%04x}", r)
-}
-
-// block is text of several lines (a body): newlines and tabs stay, other hidden runes are
-// escaped.
-func block(s string) string {
-	if !strings.ContainsFunc(s, func(r rune) bool { return hidden(r) && r != '\n' && r != '\t' }) {
-		return s
-	}
-	var b strings.Builder
-	for _, r := range s {
-		if hidden(r) && r != '\n' && r != '\t' {
-			escape(&b, r)
-			continue
-		}
-		b.WriteRune(r)
-	}
-	return b.String()
-}
-
-// line is text on one line (a subject, an address): newlines and tabs become spaces, other
-// hidden runes are escaped.
+// line also turns newlines, carriage returns and tabs into spaces first: a summary line reads
+// better so, and nothing is lost that the structured content does not keep.
 func line(s string) string {
-	s = strings.Map(func(r rune) rune {
+	return termtext.Line(strings.Map(func(r rune) rune {
 		if r == '\n' || r == '\r' || r == '\t' {
 			return ' '
 		}
 		return r
-	}, s)
-	return block(s)
+	}, s))
 }
 
 // preview is the start of a body on one line: whitespace runs collapsed, hidden runes dropped,
 // at most previewRunes runes (with … when cut).
 func preview(body string) string {
-	f := strings.FieldsFunc(body, func(r rune) bool { return unicode.IsSpace(r) || hidden(r) })
+	f := strings.FieldsFunc(body, func(r rune) bool { return unicode.IsSpace(r) || termtext.Hidden(r) })
 	s := []rune(strings.Join(f, " "))
 	if len(s) > previewRunes {
 		return string(s[:previewRunes-1]) + "…"

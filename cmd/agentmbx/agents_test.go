@@ -38,7 +38,7 @@ func TestOutboxTableKeepsLastErrorWhole(t *testing.T) {
 	if err := outboxTable(&b, []api.OutboxRow{{MsgID: "01M", Host: "beta", State: "pending", LastError: long + "\nsecond line"}}); err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(b.String(), long+" second line") {
+	if !strings.Contains(b.String(), long+`\x0asecond line`) { // a newline escaped, on the line
 		t.Fatalf("outbox table cut the error:\n%s", b.String())
 	}
 }

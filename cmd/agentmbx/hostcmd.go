@@ -22,6 +22,7 @@ import (
 	"github.com/agentmbx/agentmbx/client"
 	"github.com/agentmbx/agentmbx/host"
 	"github.com/agentmbx/agentmbx/host/card"
+	"github.com/agentmbx/agentmbx/internal/termtext"
 )
 
 // openRetry is how long a command keeps trying to reach a host whose store is locked but whose
@@ -89,7 +90,7 @@ func (c *conn) Card(ctx context.Context, addr string) ([]byte, error) {
 
 // cliLogger is the logger of a host opened by a short command: warnings and worse, on stderr.
 func cliLogger(cmd *cobra.Command) *slog.Logger {
-	return slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: slog.LevelWarn}))
+	return slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), termtext.TextLogOptions(slog.LevelWarn)))
 }
 
 // withConn runs fn on the host of the command's home and closes it afterwards.
@@ -201,14 +202,4 @@ func explain(err error) error {
 		}
 	}
 	return err
-}
-
-// controlsToSpaces turns control characters (newlines, tabs) and line separators into spaces.
-func controlsToSpaces(s string) string {
-	return strings.Map(func(r rune) rune {
-		if r < 0x20 || r == 0x7f || r == 0x2028 || r == 0x2029 {
-			return ' '
-		}
-		return r
-	}, s)
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/agentmbx/agentmbx/api"
 	"github.com/agentmbx/agentmbx/client"
 	"github.com/agentmbx/agentmbx/host"
+	"github.com/agentmbx/agentmbx/internal/termtext"
 	"github.com/agentmbx/agentmbx/mbx"
 	"github.com/agentmbx/agentmbx/rotation"
 )
@@ -98,16 +99,16 @@ func printRotation(w io.Writer, r *api.Rotation) {
 		fmt.Fprintf(w, "  relay %s: notices %s, rotated %s (%d items moved), position reset %s, republished %s\n",
 			rel.URL, orDash(rel.Noticed), orDash(rel.Rotated), rel.Moved, orDash(rel.Reset), orDash(rel.Checked))
 		if rel.Note != "" {
-			fmt.Fprintf(w, "    note: %s\n", rel.Note)
+			fmt.Fprintf(w, "    note: %s\n", termtext.Line(rel.Note))
 		}
 		if rel.LastError != "" && rel.Checked == "" {
-			fmt.Fprintf(w, "    last error: %s\n", rel.LastError)
+			fmt.Fprintf(w, "    last error: %s\n", termtext.Line(rel.LastError))
 		}
 	}
 	for _, p := range r.Peers {
 		fmt.Fprintf(w, "  peer %s: LAN %s, relay notice %s", p.Host, orDash(p.LAN), orDash(p.Notice))
 		if p.LAN == "" && p.LastError != "" {
-			fmt.Fprintf(w, " (after %d tries: %s)", p.Attempts, p.LastError)
+			fmt.Fprintf(w, " (after %d tries: %s)", p.Attempts, termtext.Line(p.LastError))
 		}
 		fmt.Fprintln(w)
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/agentmbx/agentmbx/api"
+	"github.com/agentmbx/agentmbx/internal/termtext"
 	"github.com/agentmbx/agentmbx/mbx"
 )
 
@@ -216,45 +217,15 @@ func printMessage(cmd *cobra.Command, m api.Message) error {
 	}
 	for _, h := range hdr {
 		if h[1] != "" {
-			fmt.Fprintf(w, "%-9s %s\n", h[0]+":", oneLineFull(h[1]))
+			fmt.Fprintf(w, "%-9s %s\n", h[0]+":", termtext.Line(h[1]))
 		}
 	}
-	body := visibleControls(m.Body)
+	body := termtext.Block(m.Body)
 	if !strings.HasSuffix(body, "\n") {
 		body += "\n"
 	}
 	_, err := fmt.Fprintf(w, "\n%s", body)
 	return err
-}
-
-// visibleControls writes every control character but newline and tab as \xNN text.
-func visibleControls(s string) string {
-	if !strings.ContainsFunc(s, isHiddenControl) {
-		return s
-	}
-	var b strings.Builder
-	for _, r := range s {
-		if isHiddenControl(r) {
-			fmt.Fprintf(&b, "\\x%02x", r)
-			continue
-		}
-		b.WriteRune(r)
-	}
-	return b.String()
-}
-
-func isHiddenControl(r rune) bool {
-	return (r < 0x20 && r != '\n' && r != '\t') || (r >= 0x7f && r <= 0x9f)
-}
-
-// oneLineFull keeps a header on its line: control characters become spaces, nothing is cut.
-func oneLineFull(s string) string {
-	return strings.Map(func(r rune) rune {
-		if r < 0x20 || r == 0x7f || r == 0x2028 || r == 0x2029 {
-			return ' '
-		}
-		return r
-	}, s)
 }
 
 func newAckCmd() *cobra.Command {

@@ -6,6 +6,8 @@ import (
 	"strings"
 
 	"github.com/spf13/cobra"
+
+	"github.com/agentmbx/agentmbx/internal/termtext"
 )
 
 // logFlags are --log-format and --log-level of the long-running commands (relay serve, daemon).
@@ -28,7 +30,7 @@ func (lf logFlags) logger(w io.Writer, command string) (*slog.Logger, error) {
 	opts := &slog.HandlerOptions{Level: level}
 	switch strings.ToLower(lf.format) {
 	case "text", "":
-		return slog.New(slog.NewTextHandler(w, opts)), nil
+		return slog.New(slog.NewTextHandler(w, termtext.TextLogOptions(level))), nil
 	case "json":
 		return slog.New(slog.NewJSONHandler(w, opts)), nil
 	}

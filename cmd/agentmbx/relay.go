@@ -14,6 +14,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/agentmbx/agentmbx/internal/logkey"
+	"github.com/agentmbx/agentmbx/internal/termtext"
 	"github.com/agentmbx/agentmbx/internal/version"
 	"github.com/agentmbx/agentmbx/mbx"
 	"github.com/agentmbx/agentmbx/relayserver"
@@ -295,7 +296,7 @@ kept as relay.db.pre-restore. On any error the store is unchanged.`,
 			if err != nil {
 				return relayStoreHint(err)
 			}
-			log := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: slog.LevelInfo}))
+			log := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), termtext.TextLogOptions(slog.LevelInfo)))
 			if res.Warning != "" {
 				log.Warn("relay restore: the replaced store was not fully readable", logkey.Err, res.Warning)
 			}
@@ -324,7 +325,7 @@ database, with every replica stopped (it refuses while one serves).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if db = relayDB(db); db != "" && storeDir == "" {
-				log := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: slog.LevelInfo}))
+				log := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), termtext.TextLogOptions(slog.LevelInfo)))
 				epoch, err := rotateEpochDB(cmd.Context(), db, log)
 				if errors.Is(err, relayserver.ErrLocked) {
 					return hint(err, "stop every relay replica serving this database first")
@@ -342,7 +343,7 @@ database, with every replica stopped (it refuses while one serves).`,
 			if _, err := os.Stat(filepath.Join(dir, sqlitestore.DBFile)); err != nil {
 				return fmt.Errorf("relay rotate-epoch: no relay store in %s: %w", dir, err)
 			}
-			log := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: slog.LevelInfo}))
+			log := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), termtext.TextLogOptions(slog.LevelInfo)))
 			st, err := sqlitestore.Open(cmd.Context(), dir, &sqlitestore.Options{LockWait: time.Millisecond, Logger: log})
 			if err != nil {
 				return relayStoreHint(err)

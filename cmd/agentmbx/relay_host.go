@@ -17,6 +17,7 @@ import (
 
 	"github.com/agentmbx/agentmbx/api"
 	"github.com/agentmbx/agentmbx/internal/shellquote"
+	"github.com/agentmbx/agentmbx/internal/termtext"
 	"github.com/agentmbx/agentmbx/mbx"
 	"github.com/agentmbx/agentmbx/relayclient"
 )
@@ -399,7 +400,7 @@ reason. Nothing is lost either way. It is logged. --json prints {item, accepted}
 					_, err = fmt.Fprintf(cmd.OutOrStdout(), "released %s: item %s was taken\n", res.Item.ID, res.Item.ItemID)
 					return err
 				}
-				fmt.Fprintf(cmd.OutOrStdout(), "item %s was refused again and stays quarantined: %s\n", res.Item.ItemID, res.Item.Reason)
+				fmt.Fprintf(cmd.OutOrStdout(), "item %s was refused again and stays quarantined: %s\n", res.Item.ItemID, termtext.Line(res.Item.Reason))
 				return &exitStatus{code: 1, why: "refused again"}
 			})
 		},

@@ -7,6 +7,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/agentmbx/agentmbx/api"
+	"github.com/agentmbx/agentmbx/internal/termtext"
 )
 
 func newSentCmd() *cobra.Command {
@@ -42,7 +43,7 @@ back; and the outbox row of each remote host.`,
 					return printJSON(cmd.OutOrStdout(), s)
 				}
 				w := cmd.OutOrStdout()
-				fmt.Fprintf(w, "id:      %s\nfrom:    %s\nsubject: %s\n\n", s.ID, s.From, oneLineFull(s.Subject))
+				fmt.Fprintf(w, "id:      %s\nfrom:    %s\nsubject: %s\n\n", s.ID, s.From, termtext.Line(s.Subject))
 				rows := make([][]string, 0, len(s.Recipients))
 				for _, r := range s.Recipients {
 					rows = append(rows, []string{r.Recipient, r.State, r.At, r.Note})

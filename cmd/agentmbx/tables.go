@@ -14,6 +14,8 @@ import (
 	"github.com/charmbracelet/x/ansi"
 	"github.com/charmbracelet/x/term"
 	"github.com/muesli/termenv"
+
+	"github.com/agentmbx/agentmbx/internal/termtext"
 )
 
 const (
@@ -91,14 +93,14 @@ func (t tbl) render(w io.Writer, out tableOut) error {
 	return err
 }
 
-// cells are the rows made fit for a table: control characters as spaces, cut where they may be,
-// "-" for empty.
+// cells are the rows made fit for a table: hidden runes (controls, bidi overrides) escaped on one
+// line (termtext.Line), cut where they may be, "-" for empty.
 func (t tbl) cells() [][]string {
 	out := make([][]string, len(t.rows))
 	for i, r := range t.rows {
 		out[i] = make([]string, len(r))
 		for j, c := range r {
-			c = controlsToSpaces(c)
+			c = termtext.Line(c)
 			if j != t.whole {
 				c = cutRunes(c, cellMax)
 			}
@@ -112,7 +114,7 @@ func (t tbl) cells() [][]string {
 }
 
 // plainTable writes tab-separated lines, the header first, with no escape codes: what scripts
-// and agents read (cells hold no tab or newline: cells turned control characters into spaces).
+// and agents read (cells hold no tab or newline: cells escaped them).
 func plainTable(w io.Writer, header []string, rows [][]string) error {
 	var b strings.Builder
 	b.WriteString(strings.Join(header, "\t"))

@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/agentmbx/agentmbx/api"
+	"github.com/agentmbx/agentmbx/internal/termtext"
 )
 
 // mailOf is the host's api.MailService (a daemon's and an open store's both are one).
@@ -70,11 +71,11 @@ func printThread(cmd *cobra.Command, t api.Thread) error {
 		fmt.Fprintf(w, "(%d earlier messages not shown; --json shows the same)\n", t.Earlier)
 	}
 	for _, m := range t.Messages {
-		body := visibleControls(m.Body)
+		body := termtext.Block(m.Body)
 		if !strings.HasSuffix(body, "\n") {
 			body += "\n"
 		}
-		fmt.Fprintf(w, "\n── %s  %s  %s  [%s]\nsubject: %s\n\n%s", m.ID, m.TS, oneLineFull(m.From), m.State, oneLineFull(m.Subject), body)
+		fmt.Fprintf(w, "\n── %s  %s  %s  [%s]\nsubject: %s\n\n%s", m.ID, m.TS, termtext.Line(m.From), m.State, termtext.Line(m.Subject), body)
 	}
 	return nil
 }
@@ -132,7 +133,7 @@ const moreMatches = "(more matches: raise --limit or add words)"
 func printSearch(cmd *cobra.Command, res api.SearchResult) error {
 	w := cmd.OutOrStdout()
 	if len(res.Messages) == 0 {
-		_, err := fmt.Fprintf(w, "no messages match %q\n", oneLineFull(res.Query))
+		_, err := fmt.Fprintf(w, "no messages match \"%s\"\n", termtext.Line(res.Query))
 		return err
 	}
 	ids := make([]string, len(res.Messages))
