@@ -74,8 +74,9 @@ func TestAbuseTombstoneFlood(t *testing.T) {
 	start := storeSize(t, dir)
 	acc, rej := c.floodSelf(mallory, info.Epoch, 60, "m")
 	one := storeSize(t, dir)
-	t.Logf("abuse: relay, one key pushes 12,000 envelopes to itself and acks them: %d accepted, refused %v; store grew %.1f MB (%d B per tombstone)",
-		acc, rej, float64(one-start)/1e6, (one-start)/int64(max(acc, 1)))
+	t.Logf("abuse: relay, one key pushes 12,000 envelopes to itself and acks them: %d accepted, refused %v; store grew %.1f MB (%d B per tombstone); peak RSS %d MB",
+		acc, rej, float64(one-start)/1e6, (one-start)/int64(max(acc, 1)), testkit.ProcKB(t, c.cmd.Process.Pid, "VmHWM")>>10)
+	assertPeak(t, c, 65, "one key's tombstone flood") // measured 39 MB
 	if acc != 12000 {
 		t.Errorf("one key's flood under its cap: %d of 12,000 accepted, refused %v", acc, rej)
 	}
@@ -126,6 +127,7 @@ func TestAbuseTombstoneFlood(t *testing.T) {
 	if total > 100*400 {
 		t.Errorf("100 keys stored %d dedup rows, over 100 × their cap of 400", total)
 	}
+	assertPeak(t, c, 65, "100 keys' tombstone flood") // measured 41–42 MB
 	if honest != 10 {
 		t.Errorf("after the flood %d of 10 honest pushes were accepted", honest)
 	}
