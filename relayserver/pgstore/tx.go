@@ -563,6 +563,17 @@ SELECT COALESCE(sum(n), 0)::bigint FROM cnt`
 
 func (t *tx) PruneDedup(acceptedBefore time.Time, minRows int64, limit int) (int64, error) {
 	var n int64
+	if minRows > 0 {
+		// Usually no sender is over its cap: then the pruning query, which walks the old rows
+		// by age, is not run at all.
+		var over bool
+		if err := t.q.QueryRow(t.ctx, "SELECT EXISTS(SELECT 1 FROM usage WHERE target_pubkey = '' AND items >= $1)", minRows).Scan(&over); err != nil {
+			return 0, fmt.Errorf("prune dedup: %w", err)
+		}
+		if !over {
+			return 0, nil
+		}
+	}
 	if err := t.q.QueryRow(t.ctx, pruneSQL, storekit.MS(acceptedBefore), limit, minRows).Scan(&n); err != nil {
 		return 0, fmt.Errorf("prune dedup: %w", err)
 	}

@@ -529,6 +529,19 @@ const pruneSQL = `DELETE FROM dedup WHERE (sender, item_id, target) IN (SELECT d
 RETURNING (SELECT pubkey FROM keys WHERE id = sender)`
 
 func (t *tx) PruneDedup(acceptedBefore time.Time, minRows int64, limit int) (int64, error) {
+	if minRows > 0 {
+		// Usually no sender is over its cap: then the pruning query, which walks the old rows by
+		// age, is not run at all. The rows may lag this transaction's changes; a sender missed
+		// here is pruned by the next sweep.
+		var one int
+		err := t.q.QueryRowContext(bg, "SELECT 1 FROM usage WHERE target_pubkey = '' AND items >= ? LIMIT 1", minRows).Scan(&one)
+		if errors.Is(err, sql.ErrNoRows) {
+			return 0, nil
+		}
+		if err != nil {
+			return 0, fmt.Errorf("prune dedup: %w", err)
+		}
+	}
 	if minRows > 0 && t.pendingDedup() {
 		// The query reads the sender counters from their rows: write what this transaction
 		// changed first.
