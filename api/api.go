@@ -201,6 +201,10 @@ type OutboxRow struct {
 	// RelayV1At is when a v1 relay (Relay) last said it stored the row: unsigned, so the row
 	// stays pending until its delivery receipt.
 	RelayV1At string `json:"relay_v1_at,omitempty"`
+	// LANUnsignedAt is when the peer last said over the LAN that it stored the row without a
+	// signed statement (a peer that cannot sign, 0.5.x): not a delivery, so the row waits for
+	// its delivery receipt.
+	LANUnsignedAt string `json:"lan_unsigned_at,omitempty"`
 	// Reason and EndedAt say why and when a row ended (expired, unconfirmed, rejected, done).
 	Reason  string `json:"reason,omitempty"`
 	EndedAt string `json:"ended_at,omitempty"`
@@ -249,7 +253,25 @@ type Status struct {
 	Version string `json:"version,omitempty"`
 	// Rotation is the progress of this host's last key rotation (nil when it never rotated).
 	Rotation *Rotation `json:"rotation,omitempty"`
+	// LANAlerts are the peers whose LAN address answers without their pinned key's signature.
+	LANAlerts []LANAlert `json:"lan_alerts,omitempty"`
 }
+
+// LANAlert says that a pinned peer's LAN address answered a delivery without a valid LAN
+// accept statement from the peer's pinned key, although the peer signs its answers (or with a
+// statement the key did not make): something else answers there. The rows it answered stay
+// pending; the alert clears when the peer's signed answer comes again.
+type LANAlert struct {
+	Host        string `json:"host"`
+	Fingerprint string `json:"fingerprint"` // of the pinned key the answers lack
+	Addr        string `json:"addr"`        // the address that answered
+	Since       string `json:"since"`       // the first such answer
+	Last        string `json:"last"`        // the latest one
+	Error       string `json:"error"`       // what the latest answer lacked
+}
+
+// LANAlertSummary is the alert's one-line wording.
+const LANAlertSummary = "address now answered by another key"
 
 // Error is the body of a failed control-socket request.
 type Error struct {

@@ -40,4 +40,6 @@ type DaemonStatus struct {
 	RelayProblems []string `json:"relay_problems,omitempty"`
 	// Outbox counts the outbox rows by state (every state, zeros included).
 	Outbox map[string]int `json:"outbox"`
+	// LANAlerts are the peers whose LAN address answers without their pinned key's signature.
+	LANAlerts []LANAlert `json:"lan_alerts,omitempty"`
 }

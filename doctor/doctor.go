@@ -88,6 +88,7 @@ func Run(ctx context.Context, env Env) Report {
 	}
 	checkAgents(ctx, env, r)
 	checkPeers(ctx, env, rs, r)
+	checkLANAlerts(env, st, r)
 	checkRelay(ctx, env, rs, r)
 	checkOutbox(ctx, env, last, r)
 	checkQuarantine(env, rs, r)

@@ -186,6 +186,10 @@ func TestEachCheckFails(t *testing.T) {
 		{"peer without enc key", func(t *testing.T, w *world) { w.host.peers[0].EncPub = "" }, "peer.work", Fail, "agentmbx peers remove work --home '../my home'"},
 		{"relay-only peer, no relay", func(t *testing.T, w *world) { w.host.relay = api.RelayStatus{} }, "peer.work", Fail, "agentmbx relay set"},
 		{"peer unreachable on the LAN", func(t *testing.T, w *world) { w.host.peers[0].Addr = "127.0.0.1:1" }, "peer.work", Warn, ""},
+		{"peer's address answered by another key", func(t *testing.T, w *world) {
+			w.host.status.LANAlerts = []api.LANAlert{{Host: "work", Fingerprint: w.host.peers[0].Fingerprint, Addr: "10.0.0.9:7373",
+				Since: mbx.ISOTime(now), Last: mbx.ISOTime(now), Error: "10.0.0.9:7373 answered envelope accepted without a signed statement"}}
+		}, "peer.work.lan", Fail, "agentmbx outbox --home '../my home'"},
 		{"no relay", func(t *testing.T, w *world) { w.host.relay = api.RelayStatus{} }, "relay", Info, "agentmbx relay set URL --key"},
 		{"trusted on first use", func(t *testing.T, w *world) { w.host.relay.TOFU = true }, "relay.pin", Warn, "--key"},
 		{"plain http to a remote relay", func(t *testing.T, w *world) {

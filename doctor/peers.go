@@ -111,3 +111,17 @@ func probePeer(ctx context.Context, env Env, p api.Peer) error {
 	}
 	return nil
 }
+
+// checkLANAlerts: no peer's LAN address answers deliveries without the peer's signature (the
+// host's LAN alerts, api.LANAlert). Each alert fails: mail to that peer waits (it is retried, and
+// goes through the relay when one is set) until the peer's signed answer comes again.
+func checkLANAlerts(env Env, st api.Status, r *Report) {
+	for _, a := range st.LANAlerts {
+		r.add(Check{ID: "peer." + a.Host + ".lan", Status: Fail,
+			Summary: api.LANAlertSummary + ": " + a.Addr + " answers deliveries without the signature of " + a.Host + "'s pinned key " + a.Fingerprint,
+			Detail: "since " + a.Since + ", last " + a.Last + ": " + a.Error + "\n" +
+				"mail to " + a.Host + " is not taken as delivered: it stays pending and is retried (through the relay when one is set)\n" +
+				"check which machine has that address now; if " + a.Host + " moved, pin its new card (agentmbx peers add CARD); the alert clears when its signed answer comes",
+			Fix: env.command("outbox")})
+	}
+}

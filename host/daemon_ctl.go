@@ -45,6 +45,9 @@ func (h *Host) DaemonStatus(ctx context.Context) (api.DaemonStatus, error) {
 		return api.DaemonStatus{}, fmt.Errorf("host: daemon status: %w", err)
 	}
 	st.Relay, st.RelayProblems, st.Outbox = snap.RelayLink, snap.RelayProblems, snap.Outbox
+	if st.LANAlerts, err = h.lanAlerts(); err != nil {
+		return api.DaemonStatus{}, fmt.Errorf("host: daemon status: %w", err)
+	}
 	if st.Relay != "none" {
 		rs, err := h.relay.RelayStatus(ctx)
 		if err != nil {

@@ -276,7 +276,18 @@ func (h *Host) record(ctx context.Context, host string, rows []outbox.Row, out [
 			var row outbox.Row
 			switch o.Kind {
 			case outbox.OutcomeDelivered:
+				// Only over the LAN, on the peer's valid signed statement (lan_accept.go).
 				row, err = ob.MarkDelivered(r.Key())
+				if err == nil || errors.Is(err, outbox.ErrTransition) {
+					if serr := h.lanSignedTx(tx, host); serr != nil {
+						err = serr
+					}
+				}
+			case outbox.OutcomeLANUnsigned:
+				if o.Err == nil {
+					o.Err = errors.New("the peer's address answered without a signed statement")
+				}
+				row, err = h.lanUnsignedTx(tx, host, r, o)
 			case outbox.OutcomeRejected:
 				row, err = ob.MarkRejected(r.Key(), tr, o.Reason(), o.Retryable)
 				if err == nil && !o.Retryable {
@@ -329,6 +340,9 @@ func (h *Host) record(ctx context.Context, host string, rows []outbox.Row, out [
 				h.log.Warn("outbox row rejected", logkey.Row, row.Key().String(), logkey.Transport, tr.String(), logkey.Reason, o.Err, logkey.Retry, o.Retryable)
 			case outbox.OutcomeRelaySentV1:
 				h.log.Debug("outbox row sent through a v1 relay: waiting for its delivery receipt", logkey.Row, row.Key().String(), logkey.Kind, row.Kind.String())
+			case outbox.OutcomeLANUnsigned:
+				h.log.Debug("outbox row answered over the LAN without a valid signed statement: not delivered", logkey.Row, row.Key().String(),
+					logkey.State, row.State.String(), logkey.Err, o.Err)
 			case outbox.OutcomeRelayAccepted:
 				accepted = append(accepted, row)
 				h.log.Debug("outbox row accepted by the relay", logkey.Row, row.Key().String(), logkey.Seq, row.Seq, logkey.Epoch, row.Epoch)

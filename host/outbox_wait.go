@@ -46,6 +46,13 @@ func waitReason(r outbox.Row, f waitFacts) string {
 		}
 		return why + strings.Replace(nextAttempt(r, f.now), "next attempt", "sent again", 1)
 	}
+	if !r.LANUnsignedAt.IsZero() && r.State == outbox.StatePending {
+		why := fmt.Sprintf("%s said over the LAN at %s that it stored it, unsigned (a host that cannot sign, such as 0.5.x): waiting for its delivery receipt", r.Host, mbx.ISOTime(r.LANUnsignedAt))
+		if r.LastError != "" {
+			why += " (last attempt: " + r.LastError + ")"
+		}
+		return why + strings.Replace(nextAttempt(r, f.now), "next attempt", "sent again", 1)
+	}
 	p, pinned := f.peers[r.Host]
 	switch {
 	case !pinned:

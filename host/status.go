@@ -32,6 +32,7 @@ func apiRow(r outbox.Row) api.OutboxRow {
 		LastError: r.LastError, Relay: r.Relay, Epoch: r.Epoch, Seq: r.Seq,
 		AcceptedAt: isoOrEmpty(r.AcceptedAt), Deadline: isoOrEmpty(r.Deadline),
 		Reason: r.Reason, EndedAt: isoOrEmpty(r.EndedAt), RelayV1At: isoOrEmpty(r.RelayV1At),
+		LANUnsignedAt: isoOrEmpty(r.LANUnsignedAt),
 	}
 }
 
@@ -138,7 +139,11 @@ func (h *Host) Status(ctx context.Context) (api.Status, error) {
 		st.Peers = tx.Bucket(bucketPeers).Stats().KeyN
 		st.Agents = tx.Bucket(bucketAgents).Stats().KeyN
 		rows, err := h.ob.In(tx).List(outbox.Filter{Active: true})
+		if err != nil {
+			return err
+		}
 		st.OutboxDue = len(rows)
+		st.LANAlerts, err = lanAlertsTx(tx)
 		return err
 	})
 	if err != nil {

@@ -206,7 +206,11 @@ func (s *Server) handleEnvelopes(w http.ResponseWriter, r *http.Request) {
 	}
 	res := mbx.EnvelopesResponse{Results: make([]mbx.EnvelopeResult, len(sts))}
 	for i, st := range sts {
-		res.Results[i] = mbx.EnvelopeResult{ID: envelopeID(wires[i]), Status: st}
+		e := mbx.EnvelopeResult{ID: envelopeID(wires[i]), Status: st}
+		if stored(st, false) {
+			e.Accept, e.Sig = s.signAccept(peer, e.ID, wires[i])
+		}
+		res.Results[i] = e
 	}
 	writeLAN(w, http.StatusOK, res)
 }
@@ -250,7 +254,33 @@ func (s *Server) handleReceipts(w http.ResponseWriter, r *http.Request) {
 		lanError(w, http.StatusInternalServerError, "store error")
 		return
 	}
+	if len(res) == len(req.Receipts) {
+		for i := range res {
+			if stored(res[i].Status, true) {
+				res[i].Accept, res[i].Sig = s.signAccept(peer, res[i].Item, req.Receipts[i])
+			}
+		}
+	}
 	writeLAN(w, http.StatusOK, mbx.ReceiptsResponse{Results: res})
+}
+
+// stored reports whether an item's status says this host has it (accepted, or a duplicate; for
+// receipts also stale: a later state is stored): its answer carries a LAN accept statement.
+func stored(status string, receipt bool) bool {
+	return status == mbx.StatusAccepted || status == mbx.StatusDuplicate || (receipt && status == "stale")
+}
+
+// signAccept is this host's signed LAN accept statement for the item itemID that peer delivered
+// as wire (nil and "" when the statement cannot be encoded: the sender then keeps its row
+// pending and sends it again).
+func (s *Server) signAccept(peer outbox.Peer, itemID string, wire []byte) (json.RawMessage, string) {
+	key := s.h.Key()
+	stmt, sig, err := mbx.SignLANAccept(key, mbx.NewLANAccept(key.PublicKey(), peer.HostPubkey, itemID, wire))
+	if err != nil {
+		s.opt.Logger.Error("signing a LAN accept statement", logkey.Peer, peer.Host, logkey.Err, err)
+		return nil, ""
+	}
+	return stmt, sig
 }
 
 func (s *Server) handleEncKey(w http.ResponseWriter, _ *http.Request) {

@@ -175,11 +175,13 @@ func (t *Transport) sendEnvelopes(ctx context.Context, peer outbox.Peer, rows []
 	if err := json.Unmarshal(data, &res); err != nil {
 		return outbox.FailedAll(len(idx), errors.New("peer answer is not JSON results"), false)
 	}
-	byID := map[string]string{}
+	byID := map[string]answer{}
 	for _, r := range res.Results {
-		byID[r.ID] = r.Status
+		if _, dup := byID[r.ID]; !dup {
+			byID[r.ID] = answer{r.Status, r.Accept, r.Sig}
+		}
 	}
-	return outcomes(rows, idx, byID, "envelope", false)
+	return t.outcomes(peer, rows, idx, byID, "envelope", false)
 }
 
 func (t *Transport) sendReceipts(ctx context.Context, peer outbox.Peer, rows []outbox.Row, idx []int) []outbox.Outcome {
@@ -194,25 +196,48 @@ func (t *Transport) sendReceipts(ctx context.Context, peer outbox.Peer, rows []o
 	if err := json.Unmarshal(data, &res); err != nil {
 		return outbox.FailedAll(len(idx), errors.New("peer answer is not JSON results"), false)
 	}
-	byItem := map[string]string{}
+	byItem := map[string]answer{}
 	for _, r := range res.Results {
-		byItem[r.Item] = r.Status
+		if _, dup := byItem[r.Item]; !dup {
+			byItem[r.Item] = answer{r.Status, r.Accept, r.Sig}
+		}
 	}
-	return outcomes(rows, idx, byItem, "receipt", true)
+	return t.outcomes(peer, rows, idx, byItem, "receipt", true)
 }
 
-// outcomes turns the peer's status of each item (by item id) into the outcomes of rows idx: what
+// answer is the peer's result for one item: its status and LAN accept statement.
+type answer struct {
+	status string
+	accept json.RawMessage
+	sig    string
+}
+
+// outcomes turns the peer's answer for each item (by item id) into the outcomes of rows idx: what
 // names the kind of item in errors; staleOK counts "stale" (a receipt the peer no longer needs)
-// as delivered.
-func outcomes(rows []outbox.Row, idx []int, byID map[string]string, what string, staleOK bool) []outbox.Outcome {
+// as stored. An item the answer says is stored is delivered only with a LAN accept statement
+// from the peer's pinned key for this host, the row's item id and the hash of the row's wire
+// bytes; without one it is OutcomeLANUnsigned (the host decides what that means for the row),
+// with one that does not verify also BadStatement.
+func (t *Transport) outcomes(peer outbox.Peer, rows []outbox.Row, idx []int, byID map[string]answer, what string, staleOK bool) []outbox.Outcome {
+	own := t.cfg.Identity.Key().PublicKey()
 	out := make([]outbox.Outcome, len(idx))
 	for j, i := range idx {
-		st, ok := byID[rows[i].ItemID]
+		a, ok := byID[rows[i].ItemID]
+		st := a.status
 		switch {
 		case !ok:
 			out[j] = outbox.Outcome{Kind: outbox.OutcomeFailed, Err: errors.New("peer answer has no result for the " + what)}
 		case st == mbx.StatusAccepted || st == mbx.StatusDuplicate || (staleOK && st == "stale"):
-			out[j] = outbox.Outcome{Kind: outbox.OutcomeDelivered}
+			err := mbx.ValidLANAccept(a.accept, a.sig, peer.HostPubkey, own, rows[i].ItemID, mbx.WireHash(rows[i].Wire))
+			switch {
+			case err == nil:
+				out[j] = outbox.Outcome{Kind: outbox.OutcomeDelivered}
+			case errors.Is(err, mbx.ErrLANAcceptMissing):
+				out[j] = outbox.Outcome{Kind: outbox.OutcomeLANUnsigned, Err: fmt.Errorf("%s answered %s %s without a signed statement", peer.Addr, what, st)}
+			default:
+				out[j] = outbox.Outcome{Kind: outbox.OutcomeLANUnsigned, BadStatement: true,
+					Err: fmt.Errorf("%s answered %s %s with a statement the pinned key did not make: %w", peer.Addr, what, st, err)}
+			}
 		case strings.HasPrefix(st, mbx.StatusRejectedPrefix):
 			out[j] = outbox.Outcome{Kind: outbox.OutcomeRejected, Err: errors.New(st)}
 		default:

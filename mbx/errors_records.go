@@ -27,6 +27,8 @@ var (
 	ErrBadSenderList = errors.New("sender list refused")
 	// ErrBadAccept is the family of relay accept statement refusals (the sender's check).
 	ErrBadAccept = errors.New("bad accept statement")
+	// ErrBadLANAccept is the family of LAN accept statement refusals (the sender's check).
+	ErrBadLANAccept = errors.New("bad LAN accept statement")
 	// ErrBadExpiryNotice is the family of expiry notice refusals.
 	ErrBadExpiryNotice = errors.New("bad expiry notice")
 	// ErrBadEnrolment is the family of enrolment refusals.
@@ -154,6 +156,28 @@ var (
 	ErrAcceptSeq = newReason(ErrBadAccept, "accept seq is not a safe integer")
 	// ErrAcceptSignature is returned when the pinned relay key did not sign the statement.
 	ErrAcceptSignature = newReason(ErrBadAccept, "accept is not signed by the pinned relay key")
+)
+
+// LAN accept statements (the sender's check, ValidLANAccept).
+var (
+	// ErrLANAcceptMissing is returned when a LAN answer carries no statement and no signature for
+	// an item it says it stored: a peer that cannot sign (0.5.x), or something else answering at
+	// its address. It is not in the ErrBadLANAccept family.
+	ErrLANAcceptMissing = errors.New("the answer carries no signed LAN accept statement")
+	// ErrLANAcceptMalformed is returned for a statement of the wrong shape or type, or without a
+	// signature.
+	ErrLANAcceptMalformed = newReason(ErrBadLANAccept, "not a LAN accept statement")
+	// ErrLANAcceptTarget is returned when the statement names another target key than the pinned
+	// one.
+	ErrLANAcceptTarget = newReason(ErrBadLANAccept, "LAN accept names another host key")
+	// ErrLANAcceptSender is returned when the statement names another sender key.
+	ErrLANAcceptSender = newReason(ErrBadLANAccept, "LAN accept names another sender")
+	// ErrLANAcceptItem is returned when the statement is for another item id.
+	ErrLANAcceptItem = newReason(ErrBadLANAccept, "LAN accept is for another item")
+	// ErrLANAcceptWireHash is returned when wire_hash is not the hash of the bytes sent.
+	ErrLANAcceptWireHash = newReason(ErrBadLANAccept, "LAN accept covers other wire bytes")
+	// ErrLANAcceptSignature is returned when the pinned key did not sign the statement.
+	ErrLANAcceptSignature = newReason(ErrBadLANAccept, "LAN accept is not signed by the pinned host key")
 )
 
 // Expiry notices. The original answers every one of these with "bad expiry notice".

@@ -45,6 +45,11 @@ func AlertFor(r Row, neverHeard bool) (a Alert, ok bool) {
 		if r.LastError != "" && r.LastError != r.Reason {
 			fmt.Fprintf(&b, "Last error: %s\n", r.LastError)
 		}
+		if !r.LANUnsignedAt.IsZero() && r.State == StateExpired {
+			fmt.Fprintf(&b, "%s said over the LAN (last at %s) that it stored it, but without a signed statement "+
+				"(a host that cannot sign, such as AgentMBX 0.5.x), and no delivery receipt came: "+
+				"the message may have arrived, unconfirmed.\n", r.Host, r.LANUnsignedAt.Format(isoLayout))
+		}
 	case StateUnconfirmed:
 		a.Subject = fmt.Sprintf("Undelivered/unconfirmed to %s: %s", r.Host, subj)
 		fmt.Fprintf(&b, "Your message %s to %s was accepted by the relay but its delivery was never confirmed.\n", r.MsgID, r.Host)

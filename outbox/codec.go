@@ -16,15 +16,16 @@ import (
 //	uvarint  attempts, lan_failures
 //	varint   seq
 //	varint   present times as Unix milliseconds, in the order
-//	         created_at, updated_at, next_at, accepted_at, deadline, ended_at, relay_v1_at
+//	         created_at, updated_at, next_at, accepted_at, deadline, ended_at, relay_v1_at,
+//	         lan_unsigned_at (bit 7, added later: records without it read as before)
 //	12 × (uvarint length, bytes): item_id, msg_id, host, host_key, agent, subject,
 //	         last_error, reason, relay, epoch, statement_sig, statement
 const rowVersion = 1
 
 const flagRepush = 1 << 0
 
-func (r *Row) times() [7]*time.Time {
-	return [7]*time.Time{&r.CreatedAt, &r.UpdatedAt, &r.NextAt, &r.AcceptedAt, &r.Deadline, &r.EndedAt, &r.RelayV1At}
+func (r *Row) times() [8]*time.Time {
+	return [8]*time.Time{&r.CreatedAt, &r.UpdatedAt, &r.NextAt, &r.AcceptedAt, &r.Deadline, &r.EndedAt, &r.RelayV1At, &r.LANUnsignedAt}
 }
 
 func (r *Row) strs() [11]*string {
@@ -34,7 +35,7 @@ func (r *Row) strs() [11]*string {
 
 // encodeRow returns r's stored form (without Wire).
 func encodeRow(r *Row) []byte {
-	n := 6 + 3*binary.MaxVarintLen64 + 7*binary.MaxVarintLen64 + len(r.Statement) + binary.MaxVarintLen64
+	n := 6 + 3*binary.MaxVarintLen64 + 8*binary.MaxVarintLen64 + len(r.Statement) + binary.MaxVarintLen64
 	for _, s := range r.strs() {
 		n += len(*s) + binary.MaxVarintLen64
 	}
@@ -131,7 +132,7 @@ func decodeRow(b []byte) (Row, error) {
 	}
 	r.Kind, r.State, r.Transport = Kind(b[1]), State(b[2]), Transport(b[3])
 	flags, mask := b[4], b[5]
-	if !r.Kind.valid() || !r.State.valid() || r.Transport > TransportRelay || flags&^flagRepush != 0 || mask >= 1<<7 {
+	if !r.Kind.valid() || !r.State.valid() || r.Transport > TransportRelay || flags&^flagRepush != 0 {
 		return r, fmt.Errorf("%w: row record: bad header", ErrCorrupt)
 	}
 	r.Repush = flags&flagRepush != 0

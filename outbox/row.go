@@ -99,6 +99,10 @@ type Row struct {
 	// nothing, so that is no acceptance: an envelope row stays pending, pushed again on its
 	// backoff, until its delivery receipt (MarkRelaySentV1).
 	RelayV1At time.Time
+	// LANUnsignedAt is when the peer's LAN address last said it stored the row's item without a
+	// signed LAN accept statement, from a peer taken for one that cannot sign (0.5.x): no
+	// delivery, so an envelope row stays pending until its delivery receipt (MarkLANUnsigned).
+	LANUnsignedAt time.Time
 
 	Statement    []byte // the relay accept statement bytes, exactly as signed
 	StatementSig string // the relay's signature over Statement (base64)
@@ -143,6 +147,7 @@ type rowJSON struct {
 	Deadline     *string   `json:"deadline"`
 	EndedAt      *string   `json:"ended_at"`
 	RelayV1At    *string   `json:"relay_v1_at,omitempty"`
+	LANUnsigned  *string   `json:"lan_unsigned_at,omitempty"`
 	Statement    []byte    `json:"accept_statement,omitempty"`
 	StatementSig string    `json:"accept_sig,omitempty"`
 }
@@ -176,7 +181,7 @@ func (r Row) MarshalJSON() ([]byte, error) {
 		LastError: r.LastError, Reason: r.Reason, Repush: r.Repush,
 		Relay: r.Relay, Epoch: r.Epoch, Seq: r.Seq,
 		AcceptedAt: jsonTime(r.AcceptedAt), Deadline: jsonTime(r.Deadline), EndedAt: jsonTime(r.EndedAt),
-		RelayV1At: jsonTime(r.RelayV1At), Statement: r.Statement, StatementSig: r.StatementSig,
+		RelayV1At: jsonTime(r.RelayV1At), LANUnsigned: jsonTime(r.LANUnsignedAt), Statement: r.Statement, StatementSig: r.StatementSig,
 	})
 }
 
@@ -206,6 +211,7 @@ func (r *Row) UnmarshalJSON(b []byte) error {
 		{"deadline", j.Deadline, &out.Deadline},
 		{"ended_at", j.EndedAt, &out.EndedAt},
 		{"relay_v1_at", j.RelayV1At, &out.RelayV1At},
+		{"lan_unsigned_at", j.LANUnsigned, &out.LANUnsignedAt},
 	} {
 		t, err := parseJSONTime(f.name, f.src)
 		if err != nil {

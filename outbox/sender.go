@@ -39,6 +39,12 @@ const (
 	// OutcomeRelaySentV1: a v1 relay said it stored the item, unsigned (MarkRelaySentV1):
 	// Relay names it.
 	OutcomeRelaySentV1
+	// OutcomeLANUnsigned: the peer's LAN address answered that it stored the item, without a
+	// valid LAN accept statement from the peer's pinned key (mbx.ValidLANAccept): no delivery.
+	// BadStatement says a statement came and did not verify; without one the peer may be a host
+	// that cannot sign (0.5.x) or something else at its address, which the host tells apart
+	// (MarkLANUnsigned, or a failed attempt and an alert).
+	OutcomeLANUnsigned
 )
 
 func (k OutcomeKind) String() string {
@@ -53,6 +59,8 @@ func (k OutcomeKind) String() string {
 		return "relay-accepted"
 	case OutcomeRelaySentV1:
 		return "relay-sent-v1"
+	case OutcomeLANUnsigned:
+		return "lan-unsigned"
 	}
 	return "OutcomeKind(" + strconv.Itoa(int(k)) + ")"
 }
@@ -70,6 +78,9 @@ type Outcome struct {
 	RelayKey   string
 	// Relay is the URL of the v1 relay (OutcomeRelaySentV1).
 	Relay string
+	// BadStatement (OutcomeLANUnsigned): the answer carried a LAN accept statement that the
+	// peer's pinned key did not make for this item.
+	BadStatement bool
 	// Unreachable marks a failure without any answer from the peer (no connection, no
 	// response): its address is unreachable now.
 	Unreachable bool

@@ -205,6 +205,11 @@ func (s *Store) MarkRelayAccepted(ctx context.Context, k Key, a Acceptance) (Row
 	return update(ctx, s, func(t *Tx) (Row, error) { return t.MarkRelayAccepted(k, a) })
 }
 
+// MarkLANUnsigned records a LAN peer's unsigned "stored" (see Tx.MarkLANUnsigned).
+func (s *Store) MarkLANUnsigned(ctx context.Context, k Key) (Row, error) {
+	return update(ctx, s, func(t *Tx) (Row, error) { return t.MarkLANUnsigned(k) })
+}
+
 // MarkRelaySentV1 records a v1 relay's unsigned "stored" (see Tx.MarkRelaySentV1).
 func (s *Store) MarkRelaySentV1(ctx context.Context, k Key, relay string) (Row, error) {
 	return update(ctx, s, func(t *Tx) (Row, error) { return t.MarkRelaySentV1(k, relay) })

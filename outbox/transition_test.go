@@ -1,9 +1,11 @@
 package outbox
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 
@@ -104,6 +106,9 @@ var transitionOps = []transitionOp{
 	{"sent v1", func(s *Store, _ *testkit.Clock, k Key) (Row, error) {
 		return s.MarkRelaySentV1(context.Background(), k, "http://v1.relay.example")
 	}},
+	{"lan unsigned", func(s *Store, _ *testkit.Clock, k Key) (Row, error) {
+		return s.MarkLANUnsigned(context.Background(), k)
+	}},
 	{"settle", func(s *Store, _ *testkit.Clock, k Key) (Row, error) {
 		r, _, err := s.Settle(context.Background(), k.ItemID, k.Host)
 		return r, err
@@ -123,8 +128,9 @@ var wantTransition = map[string]map[string]State{
 	"rejected final lan":   {"pending": StateRejected},
 	"accepted": {"pending": StateRelayAccepted, "relay-accepted": StateRelayAccepted,
 		"relay-accepted+repush": StateRelayAccepted},
-	"expired": {"pending": StateExpired, "relay-accepted": StateExpired, "relay-accepted+repush": StateExpired},
-	"sent v1": {"pending": StatePending},
+	"expired":      {"pending": StateExpired, "relay-accepted": StateExpired, "relay-accepted+repush": StateExpired},
+	"sent v1":      {"pending": StatePending},
+	"lan unsigned": {"pending": StatePending},
 	"settle": {"pending": StateDone, "relay-accepted": StateDone, "relay-accepted+repush": StateDone,
 		"expired": StateDone, "unconfirmed": StateDone, "rejected": StateDone, "done": StateDone},
 }
@@ -292,5 +298,59 @@ func TestAttemptOnRelayAcceptedNeverLAN(t *testing.T) {
 	}
 	if _, err := s.MarkDelivered(ctx, k); !errors.Is(err, ErrTransition) {
 		t.Fatalf("MarkDelivered on a relay-accepted row: err = %v, want ErrTransition", err)
+	}
+}
+
+// TestLANUnsigned: a LAN peer's unsigned "stored" leaves an envelope row pending, due again by
+// backoff and marked, until its delivery receipt; it ends a receipt row done; the mark survives
+// the stored form and JSON; and an expiry alert says the peer claimed it.
+func TestLANUnsigned(t *testing.T) {
+	ctx := context.Background()
+	s, clk := openTest(t)
+	rows := mustAdd(t, s, envRow("M1", "peer"), receiptRow("M2", "peer"), envRow("M3", "peer"))
+	env, rec, lapsed := rows[0].Key(), rows[1].Key(), rows[2].Key()
+	got, err := s.MarkLANUnsigned(ctx, env)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.State != StatePending || got.Attempts != 1 || got.Transport != TransportLAN || got.LANFailures != 0 ||
+		!got.LANUnsignedAt.Equal(clk.Now()) || !got.NextAt.After(clk.Now()) || !got.EndedAt.IsZero() {
+		t.Fatalf("envelope row after an unsigned LAN answer = %+v", got)
+	}
+	if d, err := s.Due(ctx, 10); err != nil || len(d) != 2 || d[0].Key() == env || d[1].Key() == env {
+		t.Fatalf("due = %v, %v; want the others only (the envelope waits for its backoff)", d, err)
+	}
+	if again := mustGet(t, s, env); !again.LANUnsignedAt.Equal(got.LANUnsignedAt) {
+		t.Fatalf("stored row = %+v", again)
+	}
+	js, err := got.MarshalJSON()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Contains(js, []byte(`"lan_unsigned_at":"`+got.LANUnsignedAt.Format(isoLayout)+`"`)) {
+		t.Fatalf("JSON %s lacks lan_unsigned_at", js)
+	}
+	var back Row
+	if err := back.UnmarshalJSON(js); err != nil || !back.LANUnsignedAt.Equal(got.LANUnsignedAt) {
+		t.Fatalf("JSON round trip %s: %+v, %v", js, back, err)
+	}
+	if r, err := s.MarkLANUnsigned(ctx, rec); err != nil || r.State != StateDone || r.Transport != TransportLAN || r.LANUnsignedAt.IsZero() {
+		t.Fatalf("receipt row after an unsigned LAN answer = %+v, %v; want done and marked", r, err)
+	}
+	mustCheck(t, s)
+	if r, _, err := s.Settle(ctx, "M1", "peer"); err != nil || r.State != StateDone {
+		t.Fatalf("settle = %+v, %v", r, err)
+	}
+	// A row that only ever got unsigned answers and no receipt expires with an alert that says so.
+	if _, err := s.MarkLANUnsigned(ctx, lapsed); err != nil {
+		t.Fatal(err)
+	}
+	r, err := s.MarkExpired(ctx, lapsed, "not delivered within 72h")
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, ok := AlertFor(r, false)
+	if !ok || !strings.Contains(a.Body, "without a signed statement") || !strings.Contains(a.Body, r.LANUnsignedAt.Format(isoLayout)) {
+		t.Fatalf("alert = %+v, %v", a, ok)
 	}
 }

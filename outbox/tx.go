@@ -569,6 +569,31 @@ func (t *Tx) MarkRelaySentV1(k Key, relay string) (Row, error) {
 	})
 }
 
+// MarkLANUnsigned records that the peer's LAN address said it stored the row's item without a
+// LAN accept statement, and that the host takes the peer for one that cannot sign (0.5.x): no
+// delivery, as with a v1 relay (MarkRelaySentV1). An envelope row stays pending (attempts + 1,
+// the LAN transport, next_at by backoff, so it is sent again, which the peer's dedup by id
+// absorbs) until its delivery receipt settles it or its deadline ends it, and LANUnsignedAt
+// says when the peer last answered so. A receipt row ends done (receipts get no receipt). It
+// applies to pending rows only.
+func (t *Tx) MarkLANUnsigned(k Key) (Row, error) {
+	const op = "mark stored unsigned over the LAN"
+	return t.mutate(op, k, func(r *Row, now time.Time) error {
+		if r.State != StatePending {
+			return illegal(op, r, "")
+		}
+		delay := t.backoff(r.Attempts)
+		r.Attempts++
+		r.Transport, r.LANUnsignedAt, r.LastError = TransportLAN, now, ""
+		if r.Kind == KindReceipt {
+			r.State, r.EndedAt = StateDone, now
+			return nil
+		}
+		r.NextAt = now.Add(delay)
+		return nil
+	})
+}
+
 // MarkExpired ends an active row expired with reason (for example the relay's signed expiry
 // notice for a relay-accepted row, or a peer that was removed). The caller alerts the sender.
 func (t *Tx) MarkExpired(k Key, reason string) (Row, error) {

@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"runtime"
 	"strings"
@@ -170,7 +171,7 @@ systemctl is-active), so scripts can test it.`,
 	return cmd
 }
 
-func printDaemonStatus(w interface{ Write([]byte) (int, error) }, st api.DaemonStatus) {
+func printDaemonStatus(w io.Writer, st api.DaemonStatus) {
 	fmt.Fprintf(w, "daemon: running, pid %d, up %s (since %s), version %s\n", st.PID,
 		time.Duration(st.UptimeS)*time.Second, st.StartedAt, st.Version)
 	fmt.Fprintf(w, "host:   %s (home %s)\n", st.Host, st.Home)
@@ -195,4 +196,13 @@ func printDaemonStatus(w interface{ Write([]byte) (int, error) }, st api.DaemonS
 		parts = append(parts, fmt.Sprintf("%s %d", s, st.Outbox[s]))
 	}
 	fmt.Fprintf(w, "outbox: %s\n", strings.Join(parts, ", "))
+	printLANAlerts(w, st.LANAlerts)
+}
+
+// printLANAlerts prints one line per peer whose LAN address answers without its signature.
+func printLANAlerts(w io.Writer, alerts []api.LANAlert) {
+	for _, a := range alerts {
+		fmt.Fprintf(w, "ALERT:  %s at %s: %s (pinned %s; since %s): its mail waits; see `agentmbx doctor`\n",
+			a.Host, a.Addr, api.LANAlertSummary, a.Fingerprint, a.Since)
+	}
 }

@@ -55,6 +55,7 @@ func newIDCmd() *cobra.Command {
 					fmt.Fprintf(w, "LAN:         not listening (%s); retried with backoff, local and relay mail go on\n", st.LANError)
 				}
 				_, err = fmt.Fprintf(w, "daemon:      %s\npeers:       %d\nagents:      %d\n", daemon, st.Peers, st.Agents)
+				printLANAlerts(w, st.LANAlerts)
 				if st.Rotation != nil {
 					printRotation(w, st.Rotation)
 				}
