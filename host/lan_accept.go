@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"unicode/utf8"
 
 	"go.etcd.io/bbolt"
 
@@ -102,7 +103,7 @@ func (h *Host) lanAlertTx(tx *bbolt.Tx, p PeerRecord, why string) error {
 		h.log.Warn("LAN alert: the peer's address answers without its pinned key's signature: rows stay pending",
 			logkey.Peer, p.Host, logkey.Addr, p.Addr, logkey.Err, why)
 	}
-	a.Addr, a.Last, a.Error = p.Addr, now, clip(why, 300)
+	a.Addr, a.Last, a.Error = p.Addr, now, clipError(why, 300)
 	return putJSON(meta, lanAlertKey(p.Host), a)
 }
 
@@ -136,4 +137,16 @@ func (h *Host) lanAlerts() ([]api.LANAlert, error) {
 		return err
 	})
 	return out, err
+}
+
+// clipError cuts an error text to at most n bytes, at a character boundary, ending in "…" when
+// cut.
+func clipError(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n] + "…"
 }
