@@ -47,6 +47,9 @@ type relay struct {
 	store *sqlitestore.Store
 	srv   *relayserver.Server
 	ts    *httptest.Server
+	// standardPolls parks long polls the standard way (a handler goroutine each), as a relay
+	// does over HTTP/2 or off Linux.
+	standardPolls bool
 }
 
 func newRelay(t testing.TB, opts func(*relayserver.Options)) *relay {
@@ -54,7 +57,13 @@ func newRelay(t testing.TB, opts func(*relayserver.Options)) *relay {
 }
 
 func newRelayWith(t testing.TB, opts func(*relayserver.Options), so sqlitestore.Options) *relay {
-	r := &relay{t: t, dir: t.TempDir(), key: keyFor(t, 0), clock: testkit.NewClock(t0), opts: opts, sopts: so}
+	return newRelayMode(t, opts, so, false)
+}
+
+// newRelayMode is newRelayWith whose long polls park the standard way when standard is set.
+func newRelayMode(t testing.TB, opts func(*relayserver.Options), so sqlitestore.Options, standard bool) *relay {
+	r := &relay{t: t, dir: t.TempDir(), key: keyFor(t, 0), clock: testkit.NewClock(t0), opts: opts, sopts: so,
+		standardPolls: standard}
 	r.start()
 	t.Cleanup(r.stop)
 	return r
@@ -66,7 +75,13 @@ func (r *relay) start() {
 		r.t.Fatal(err)
 	}
 	r.store, r.srv = st, srv
-	r.ts = httptest.NewServer(srv)
+	// As relay serve runs it: parked polls held as bare connections (held.go), unless the test
+	// asks for the standard way.
+	r.ts = httptest.NewUnstartedServer(srv)
+	if !r.standardPolls {
+		r.ts.Listener = srv.Listener(r.ts.Listener)
+	}
+	r.ts.Start()
 }
 
 func (r *relay) open() (*sqlitestore.Store, *relayserver.Server, error) {

@@ -30,6 +30,8 @@ const (
 	wakeEvicted
 	// wakeShutdown: the server is shutting down.
 	wakeShutdown
+	// wakeTimeout: a held poll's wait is over (held.go).
+	wakeTimeout
 )
 
 // String returns the reason's name for logs.
@@ -43,6 +45,8 @@ func (w wakeReason) String() string {
 		return "evicted"
 	case wakeShutdown:
 		return "shutdown"
+	case wakeTimeout:
+		return "timeout"
 	default:
 		return "wake(" + strconv.Itoa(int(w)) + ")"
 	}
@@ -55,6 +59,9 @@ type waiter struct {
 	ch     chan struct{}
 	why    wakeReason
 	parked bool // in the table; guarded by the table's lock
+	// held is the poll's connection once its handler has handed it over (held.go); a wake then
+	// answers it through the table's onHeld. Guarded by the table's lock.
+	held *heldPoll
 }
 
 // waiters is the table of parked pulls, by target key. A pull registers before it reads the
@@ -70,6 +77,8 @@ type waiters struct {
 	maxKey   int
 	maxTotal int
 	closed   bool
+	// onHeld answers a held poll that was woken; it must not block (it runs under mu).
+	onHeld func(*heldPoll, wakeReason)
 }
 
 func newWaiters(maxKey, maxTotal int) *waiters {
@@ -102,14 +111,18 @@ func (t *waiters) park(key string) (*waiter, time.Duration) {
 }
 
 // leave unregisters w if it is still parked. It is safe with a nil w and after a wake.
-func (t *waiters) leave(w *waiter) {
+func (t *waiters) leave(w *waiter) { t.take(w) }
+
+// take unregisters w if it is still parked and reports whether it was: whoever takes a parked
+// waiter (a timeout, a client gone) answers its poll, else its wake does.
+func (t *waiters) take(w *waiter) bool {
 	if w == nil {
-		return
+		return false
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if !w.parked {
-		return
+		return false
 	}
 	ws := t.byKey[w.key]
 	for i, x := range ws {
@@ -125,6 +138,19 @@ func (t *waiters) leave(w *waiter) {
 	}
 	w.parked = false
 	t.total--
+	return true
+}
+
+// hold hands w's poll over to h: a later wake answers it through onHeld. false when w was woken
+// already (its wake reason is then in w.why, and the caller answers).
+func (t *waiters) hold(w *waiter, h *heldPoll) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if !w.parked {
+		return false
+	}
+	w.held = h
+	return true
 }
 
 // wake wakes every pull parked for key. Call it only after the commit that queued the item.
@@ -174,6 +200,9 @@ func (t *waiters) wakeLocked(w *waiter, why wakeReason) {
 	w.why, w.parked = why, false
 	close(w.ch)
 	t.total--
+	if w.held != nil {
+		t.onHeld(w.held, why)
+	}
 }
 
 // parseWait reads the optional wait query parameter: whole seconds, 0 or absent for none, cut to

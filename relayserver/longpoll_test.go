@@ -112,14 +112,16 @@ func pageOf(t *testing.T, a answer) mbx.PullResponse {
 	return decode[mbx.PullResponse](t, a.body)
 }
 
+// longPollRelay is a relay whose long polls park the standard way (a handler goroutine and a
+// timer each, as over HTTP/2 or off Linux), each timer one of tm's; held_test.go tests held ones.
 func longPollRelay(t *testing.T, more func(*relayserver.Options)) (*relay, *timers, host, host, host) {
 	tm := newTimers()
-	r, a, b, g := setup(t, func(o *relayserver.Options) {
+	r, a, b, g := setupMode(t, func(o *relayserver.Options) {
 		o.WaitTimer = tm.start
 		if more != nil {
 			more(o)
 		}
-	})
+	}, true)
 	return r, tm, a, b, g
 }
 

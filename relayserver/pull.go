@@ -57,8 +57,15 @@ func (s *Server) handlePull(w http.ResponseWriter, r *http.Request) {
 	defer cancel()
 	tk := s.respBudget.Ticket(s.responseShares(r, caller.HostPubkey)...)
 	defer tk.Release()
-	page, pb, retry, err := s.pullWait(ctx, caller.HostPubkey, after, int(limit), wait, tk)
+	var hold func(*waiter) bool
+	if s.held != nil && r.ProtoMajor == 1 {
+		hold = func(pw *waiter) bool { return s.hold(pw, w, r, caller.HostPubkey, after, int(limit), wait) }
+	}
+	page, pb, retry, err := s.pullWait(ctx, caller.HostPubkey, after, int(limit), wait, tk, hold)
 	defer func() { putPullBuf(pb) }()
+	if errors.Is(err, errHeld) {
+		return // the connection was taken over: held.go answers it
+	}
 	if err != nil {
 		if ctx.Err() != nil {
 			return // the client went away: nobody to answer
@@ -200,6 +207,9 @@ func (s *Server) writeDeadline(rc *http.ResponseController, size int64) {
 	_ = rc.SetWriteDeadline(time.Now().Add(d)) // a writer without deadlines keeps the server's
 }
 
+// errHeld is pullWait's answer when its pull was taken over to be held (held.go).
+var errHeld = errors.New("relayserver: pull held")
+
 // errChunkBusy is readChunk's answer when the response budget cannot hold a chunk.
 var errChunkBusy = fmt.Errorf("%w: the relay's budget of response bytes is spent", ErrBusy)
 
@@ -278,7 +288,10 @@ const (
 // pooled buffer returned with it (for putPullBuf once the answer is written); a parked pull holds
 // none. retry is the hint for an empty page answered without the wait it asked for (the relay
 // was full or is shutting down), else 0.
-func (s *Server) pullWait(ctx context.Context, key string, after int64, limit int, wait time.Duration, tk *bodylimit.Ticket) (page Page, buf *PullBuf, retry time.Duration, err error) {
+//
+// hold, when set, may take the parked pull over instead (held.go): pullWait then returns errHeld.
+func (s *Server) pullWait(ctx context.Context, key string, after int64, limit int, wait time.Duration, tk *bodylimit.Ticket,
+	hold func(*waiter) bool) (page Page, buf *PullBuf, retry time.Duration, err error) {
 	var timeout <-chan time.Time
 	for {
 		var w *waiter
@@ -298,6 +311,9 @@ func (s *Server) pullWait(ctx context.Context, key string, after int64, limit in
 		}
 		putPullBuf(buf) // an empty page: nothing to keep while parked
 		tk.Release()
+		if timeout == nil && hold != nil && hold(w) {
+			return Page{}, nil, 0, errHeld
+		}
 		if timeout == nil {
 			c, stop := s.opt.WaitTimer(wait)
 			defer stop()

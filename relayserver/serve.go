@@ -156,11 +156,18 @@ func Serve(ctx context.Context, cfg ServeConfig) (err error) {
 	hs.RegisterOnShutdown(srv.Shutdown) // parked long polls answer now, so Shutdown does not wait for them
 	errc := make(chan error, 2)
 	if cfg.TLS != nil {
-		hs.TLSConfig = cfg.TLS
-		go func() { errc <- hs.ServeTLS(ln, "", "") }()
-	} else {
-		go func() { errc <- hs.Serve(ln) }()
+		// TLS is ended here rather than by ServeTLS, so that answered held polls come back through
+		// srv.Listener already decrypted; HTTP/1.1 unless the config names h2 itself (an HTTP/2
+		// stream cannot be taken over, so its long polls would park the standard way).
+		tc := cfg.TLS.Clone()
+		if len(tc.NextProtos) == 0 {
+			tc.NextProtos = []string{"http/1.1"}
+		}
+		hs.TLSConfig = tc
+		ln = tls.NewListener(ln, tc)
 	}
+	ln = srv.Listener(ln)
+	go func() { errc <- hs.Serve(ln) }()
 	ms, err := serveMetrics(cfg, srv, errc)
 	if err != nil {
 		_ = hs.Close()

@@ -148,6 +148,8 @@ type Server struct {
 	newEnrolR *rateTable
 	pushR     *rateTable
 	polls     *waiters
+	// held holds parked long polls as bare connections, when served through Listener (held.go).
+	held *heldSet
 	// pulls, respBudget and pullChunk bound the pull answers being written (pull_slots.go).
 	pulls      *pullSlots
 	respBudget *bodylimit.Budget
@@ -307,6 +309,7 @@ func New(ctx context.Context, store Store, opt Options) (*Server, error) {
 	if pr, ok := opt.Authority.(ProofRequirer); ok {
 		s.proofRequired = pr.ProofRequired()
 	}
+	s.polls.onHeld = s.wakeHeld
 	s.ops.init(opt.Clock())
 	s.deny.applied = map[string]bool{}
 	if err := s.ReloadDeny(ctx); err != nil {
@@ -347,6 +350,9 @@ func (s *Server) Shutdown() {
 	s.ops.draining.Store(true)
 	s.unsubscribe()
 	s.polls.close()
+	if s.held != nil {
+		s.held.close() // the held polls, woken by the close, have been answered
+	}
 }
 
 // ServeHTTP implements http.Handler: every request gets a request id (ops.go).

@@ -12,11 +12,17 @@ import (
 
 	"github.com/agentmbx/agentmbx/mbx"
 	"github.com/agentmbx/agentmbx/relayserver"
+	"github.com/agentmbx/agentmbx/relayserver/sqlitestore"
 )
 
 // three enrolled hosts: alpha sends, beta and gamma receive.
 func setup(t *testing.T, opts func(*relayserver.Options)) (*relay, host, host, host) {
-	r := newRelay(t, opts)
+	return setupMode(t, opts, false)
+}
+
+// setupMode is setup whose long polls park the standard way when standard is set.
+func setupMode(t *testing.T, opts func(*relayserver.Options), standard bool) (*relay, host, host, host) {
+	r := newRelayMode(t, opts, sqlitestore.Options{}, standard)
 	a, b, g := newHost(t, "alpha", 1), newHost(t, "beta", 2), newHost(t, "gamma", 3)
 	for _, h := range []host{a, b, g} {
 		r.enrol(h)

@@ -29,6 +29,7 @@ func newRelayBenchCmd() *cobra.Command {
 		db        string
 		replicas  int
 		heapProf  string
+		standard  bool
 	)
 	cmd := &cobra.Command{
 		Use:   "bench [--dir DIR] [--seconds N] [--pushers 64] [--batch 1|200] [--json] | --parked N [--rate R] [--db URL --replicas 2]",
@@ -67,7 +68,7 @@ notifications.`,
 			if parked != 0 || db != "" || replicas != 1 {
 				return runParkedBench(cmd, relaybench.ParkedConfig{Parked: parked, Rate: rate, DB: db, Replicas: replicas,
 					Dir: dir, Duration: time.Duration(seconds * float64(time.Second)),
-					Wait: time.Duration(wait * float64(time.Second)), HeapProfile: heapProf}, asJSON)
+					Wait: time.Duration(wait * float64(time.Second)), HeapProfile: heapProf, Standard: standard}, asJSON)
 			}
 			if pushers < 1 || batch < 1 || wireBytes < 1 {
 				return usageErr("", "--pushers, --batch and --wire-bytes take positive numbers")
@@ -104,6 +105,8 @@ notifications.`,
 	f.IntVar(&replicas, "replicas", 1, "with --parked and --db: 2 parks on one replica and pushes to both")
 	f.StringVar(&heapProf, "heap-profile", "", "with --parked: write the relay process's heap profile there once all are parked")
 	_ = f.MarkHidden("heap-profile")
+	f.BoolVar(&standard, "standard-polls", false, "with --parked: park polls the standard way (a handler goroutine each), to compare")
+	_ = f.MarkHidden("standard-polls")
 	return cmd
 }
 
@@ -153,8 +156,8 @@ func runParkedBench(cmd *cobra.Command, cfg relaybench.ParkedConfig, asJSON bool
 		return json.NewEncoder(cmd.OutOrStdout()).Encode(res)
 	}
 	w := cmd.OutOrStdout()
-	fmt.Fprintf(w, "relay bench: %d polls parked on %d replica(s) (%s) in %.1f s, from %d load process(es)\n",
-		res.Parked, res.Replicas, res.Store, res.ParkSeconds, res.Loaders)
+	fmt.Fprintf(w, "relay bench: %d polls parked (%s) on %d replica(s) (%s) in %.1f s, from %d load process(es)\n",
+		res.Parked, res.Mode, res.Replicas, res.Store, res.ParkSeconds, res.Loaders)
 	fmt.Fprintf(w, "memory:  %.1f KiB RSS per parked poll (Go heap %.1f KiB, stacks %.1f KiB, %.2f goroutines); %.0f MiB RSS in all\n",
 		res.RSSBytesPerParked/1024, (res.HeapBytesPerParked-res.StackBytesPerParked)/1024, res.StackBytesPerParked/1024,
 		res.GoroutinesPerParked, float64(res.RSSBytesIdle)/(1<<20))

@@ -61,6 +61,9 @@ type ParkedConfig struct {
 	// HeapProfile, when set, is a file the heap profile of the relay process is written to once
 	// every poll is parked (go tool pprof -sample_index=inuse_space).
 	HeapProfile string
+	// Standard parks polls the standard way (a handler goroutine each) instead of holding them
+	// as bare connections, to compare.
+	Standard bool
 	// Tune, when set, adjusts each relay's options before it starts (tests, comparisons).
 	Tune func(*relayserver.Options)
 }
@@ -69,9 +72,11 @@ type ParkedConfig struct {
 // runs the relay(s) and the coordinator but none of the load; each is read after a forced garbage
 // collection that returns freed memory to the system, so they count what the parked polls hold.
 type ParkedResult struct {
-	Parked   int `json:"parked"`
-	Replicas int `json:"replicas"`
-	Loaders  int `json:"loaders"`
+	Parked int `json:"parked"`
+	// Mode is "held" (parked polls held as bare connections, as relay serve runs) or "standard".
+	Mode     string `json:"mode"`
+	Replicas int    `json:"replicas"`
+	Loaders  int    `json:"loaders"`
 	// Store is "sqlite" or "postgres".
 	Store string `json:"store"`
 	// WaitSeconds is the wait each poll asked for.
@@ -153,6 +158,10 @@ func RunParked(ctx context.Context, cfg ParkedConfig) (ParkedResult, error) {
 		return res, err
 	}
 	res.Replicas = cfg.Replicas
+	res.Mode = "held"
+	if cfg.Standard {
+		res.Mode = "standard"
+	}
 	say := func(format string, args ...any) {
 		if cfg.Progress != nil {
 			cfg.Progress(fmt.Sprintf(format, args...))
@@ -204,7 +213,7 @@ func RunParked(ctx context.Context, cfg ParkedConfig) (ParkedResult, error) {
 		if cfg.Tune != nil {
 			cfg.Tune(&opt)
 		}
-		if relays[i], err = startParkedRelay(ctx, st, opt); err != nil {
+		if relays[i], err = startParkedRelay(ctx, st, opt, !cfg.Standard); err != nil {
 			return res, fmt.Errorf("relaybench: relay: %w", err)
 		}
 	}
@@ -262,7 +271,7 @@ func RunParked(ctx context.Context, cfg ParkedConfig) (ParkedResult, error) {
 	if ok {
 		res.CPUPctIdle = 100 * float64(cpu1-cpu0) / float64(el)
 	}
-	if n := relays[0].srv.Parked(); n != cfg.Parked {
+	if n := relays[0].srv.Parked(); n != cfg.Parked && cfg.Wait == 0 {
 		return res, fmt.Errorf("relaybench: %d of %d polls still parked after the idle window", n, cfg.Parked)
 	}
 	res.RSSBytesIdle = idle.rss
@@ -395,7 +404,7 @@ type parkedRelay struct {
 	served chan error
 }
 
-func startParkedRelay(ctx context.Context, st relayserver.Store, opt relayserver.Options) (*parkedRelay, error) {
+func startParkedRelay(ctx context.Context, st relayserver.Store, opt relayserver.Options, held bool) (*parkedRelay, error) {
 	srv, err := relayserver.New(ctx, st, opt)
 	if err != nil {
 		return nil, err
@@ -405,6 +414,9 @@ func startParkedRelay(ctx context.Context, st relayserver.Store, opt relayserver
 		return nil, err
 	}
 	hs := relayserver.NewHTTPServer(srv)
+	if held {
+		ln = srv.Listener(ln) // as relay serve does
+	}
 	r := &parkedRelay{srv: srv, hs: hs, base: "http://" + ln.Addr().String(), served: make(chan error, 1)}
 	go func() { r.served <- hs.Serve(ln) }()
 	return r, nil
