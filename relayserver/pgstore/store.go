@@ -45,7 +45,9 @@ type Options struct {
 	// MaxConns caps the connection pool (writers, reads). Default 16.
 	MaxConns int32
 	// Recheck is how often a subscriber is told to re-check every parked pull, so a lost
-	// notification delays a wake by at most this much. Default 5 s.
+	// notification delays a wake by at most this much. Default 1 min: notifications are not
+	// lost while the listening session lives (every reconnect re-checks at once), and each
+	// re-check costs every parked pull a read, 10,000 reads at 10,000 parked.
 	Recheck time.Duration
 	// LockTimeout bounds how long a statement waits for a row or advisory lock held by another
 	// transaction (a stuck replica); the unit is then retried in a later transaction. Default 30 s.
@@ -71,7 +73,7 @@ func (o *Options) withDefaults() Options {
 		d.MaxConns = 16
 	}
 	if d.Recheck <= 0 {
-		d.Recheck = 5 * time.Second
+		d.Recheck = time.Minute
 	}
 	if d.LockTimeout <= 0 {
 		d.LockTimeout = 30 * time.Second

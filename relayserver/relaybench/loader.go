@@ -171,7 +171,7 @@ func (l *loader) pollLoop(ctx context.Context, i int, sem chan struct{}) {
 		l.failed(fmt.Errorf("dial: %w", err))
 		return
 	}
-	defer conn.Close()
+	defer func() { conn.Close() }()
 	go func() { <-ctx.Done(); _ = conn.Close() }()
 	br := bufio.NewReader(conn)
 	key, name := l.keys[i], benchName(l.cfg.Lo+i)
@@ -204,13 +204,21 @@ func (l *loader) pollLoop(ctx context.Context, i int, sem chan struct{}) {
 		resp.Body.Close()
 		at := time.Now()
 		if err == nil && resp.StatusCode == http.StatusServiceUnavailable {
-			// Busy: come back after the hint, jittered, as a host's receive loop does.
+			// Busy: come back after the hint, jittered, as a host's receive loop does, on a new
+			// connection (as Go's client would find the idle one closed by then).
 			hint, _ := strconv.Atoi(resp.Header.Get("Retry-After"))
 			hint = max(hint, 1)
 			select {
 			case <-ctx.Done():
+				return
 			case <-time.After(time.Duration(hint)*time.Second + rand.N(time.Duration(hint)*time.Second)):
 			}
+			conn.Close()
+			if conn, err = d.DialContext(ctx, "tcp", l.host); err != nil {
+				l.failedUnlessDone(ctx, fmt.Errorf("redial: %w", err))
+				return
+			}
+			br = bufio.NewReader(conn)
 			continue
 		}
 		if err != nil || resp.StatusCode != http.StatusOK {

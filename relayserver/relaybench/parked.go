@@ -7,6 +7,7 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/binary"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -23,6 +24,9 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/agentmbx/agentmbx/mbx"
 	"github.com/agentmbx/agentmbx/relayserver"
@@ -340,14 +344,21 @@ func openStores(ctx context.Context, cfg ParkedConfig) ([]relayserver.Store, fun
 		}
 		return []relayserver.Store{st}, func() { _ = st.Close(); rm() }, nil
 	}
+	// The run's tables go in a schema of their own, dropped at the end, so the bench neither
+	// meets nor touches what the database already holds.
+	url, dropSchema, err := benchSchema(ctx, cfg.DB)
+	if err != nil {
+		return nil, nil, err
+	}
 	var sts []relayserver.Store
 	closeAll := func() {
 		for _, st := range sts {
 			_ = st.Close()
 		}
+		dropSchema()
 	}
 	for range cfg.Replicas {
-		st, err := pgstore.Open(ctx, cfg.DB, nil)
+		st, err := pgstore.Open(ctx, url, nil)
 		if err != nil {
 			closeAll()
 			return nil, nil, fmt.Errorf("relaybench: %w", err)
@@ -355,6 +366,51 @@ func openStores(ctx context.Context, cfg ParkedConfig) ([]relayserver.Store, fun
 		sts = append(sts, st)
 	}
 	return sts, closeAll, nil
+}
+
+// benchSchema makes a fresh schema in the database at dbURL and returns a URL whose sessions use
+// it, and a func that drops it.
+func benchSchema(ctx context.Context, dbURL string) (string, func(), error) {
+	cfg, err := pgx.ParseConfig(dbURL)
+	if err != nil {
+		return "", nil, fmt.Errorf("relaybench: --db: %w", redact(err))
+	}
+	var rnd [6]byte
+	_, _ = rand.Read(rnd[:])
+	name := "agentmbx_bench_" + hex.EncodeToString(rnd[:])
+	conn, err := pgx.ConnectConfig(ctx, cfg)
+	if err != nil {
+		return "", nil, fmt.Errorf("relaybench: --db: %w", redact(err))
+	}
+	defer conn.Close(context.Background())
+	if _, err := conn.Exec(ctx, "CREATE SCHEMA "+name); err != nil {
+		return "", nil, fmt.Errorf("relaybench: --db: create schema: %w", err)
+	}
+	drop := func() {
+		c, err := pgx.ConnectConfig(context.Background(), cfg)
+		if err == nil {
+			_, _ = c.Exec(context.Background(), "DROP SCHEMA "+name+" CASCADE")
+			_ = c.Close(context.Background())
+		}
+	}
+	sep := "?"
+	if strings.Contains(dbURL, "?") {
+		sep = "&"
+	}
+	if !strings.Contains(dbURL, "://") { // a key=value DSN
+		return dbURL + " search_path=" + name, drop, nil
+	}
+	return dbURL + sep + "search_path=" + name, drop, nil
+}
+
+// redact keeps a connection error from carrying the URL's password: pgx's errors name the host
+// and user, never the password, but a parse error may quote the URL.
+func redact(err error) error {
+	var pe *pgconn.ParseConfigError
+	if errors.As(err, &pe) {
+		return errors.New("cannot parse the database URL")
+	}
+	return err
 }
 
 // benchKey is the key of synthetic host i: derived from the run's seed, so the load children
