@@ -44,6 +44,7 @@ type heldPoll struct {
 	id       string            // the request id
 	shares   []bodylimit.Share // of the response budget (its address and key)
 	addr     string            // its client address, for the pull slots
+	addrs    []rateKey         // its client address buckets, for the cap per address
 	close    bool              // close the connection after the answer
 	token    uint64            // its registration with the watcher (0: none)
 	idx      int               // in the deadline heap; -1 when not there
@@ -274,7 +275,7 @@ func (s *Server) hold(w *waiter, rw http.ResponseWriter, r *http.Request, key st
 	}
 	_ = conn.SetDeadline(time.Time{}) // the server's; the answer sets its own write deadline
 	h := &heldPoll{conn: conn, key: key, after: after, limit: limit, deadline: s.opt.Clock().Add(wait),
-		id: RequestID(r.Context()), shares: s.responseShares(r, key), addr: clientKey(r, s.opt.TrustProxy),
+		id: RequestID(r.Context()), shares: s.responseShares(r, key), addr: clientKey(r, s.opt.TrustProxy), addrs: clientKeys(r, s.opt.TrustProxy),
 		close: r.Close || r.ProtoMinor == 0, idx: -1}
 	if brw.Reader.Buffered() > 0 {
 		// The client sent its next request before this answer (pipelining): answer now and close,
@@ -355,7 +356,7 @@ func (s *Server) answerHeld(h *heldPoll, why wakeReason) {
 				return
 			}
 			if s.opt.Clock().Before(h.deadline) {
-				if w, retry = s.polls.park(h.key); w == nil && retry == 0 {
+				if w, retry = s.polls.park(h.key, h.addrs); w == nil && retry == 0 {
 					retry = busyRetryAfter
 				}
 			}

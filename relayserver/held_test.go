@@ -215,3 +215,52 @@ func TestHeldPollCapAndShutdown(t *testing.T) {
 		t.Fatal("the connection stayed open after the shutdown answer")
 	}
 }
+
+// TestParkedCapPerAddress: one client address holds at most its share of the parked polls; past
+// it a poll gets the documented answer (an empty page, Retry-After: 10) though the relay has room.
+func TestParkedCapPerAddress(t *testing.T) {
+	t.Parallel()
+	r, tm, a, b, g := heldRelay(t, func(o *relayserver.Options) { o.MaxWaiting, o.MaxWaitingPerClient = 100, 2 })
+	ca, cb, cg := r.dial(t), r.dial(t), r.dial(t)
+	ca.send(ca.request(a, "/v2/relay/items?after=0&wait=30"))
+	tm.parked(t)
+	cb.send(cb.request(b, "/v2/relay/items?after=0&wait=30"))
+	waitFor(t, "two polls held", held(r, 2))
+	cg.send(cg.request(g, "/v2/relay/items?after=0&wait=30"))
+	if resp, body := cg.answer(); resp.StatusCode != 200 || resp.Header.Get("Retry-After") != "10" || strings.Contains(string(body), `"seq"`) {
+		t.Fatalf("third poll from one address = %d %s (Retry-After %q), want an empty page with Retry-After 10", resp.StatusCode, body, resp.Header.Get("Retry-After"))
+	}
+	// A poll that ends gives its address's place back.
+	r.push(g, envItem("01KKNTQ2CN9WJ3MR4Q1P12F0D1", a))
+	if _, body := ca.answer(); !strings.Contains(string(body), "01KKNTQ2CN9WJ3MR4Q1P12F0D1") {
+		t.Fatalf("woken poll = %s", body)
+	}
+	cg.send(cg.request(g, "/v2/relay/items?after=0&wait=30"))
+	waitFor(t, "gamma's poll held in the place alpha's left", held(r, 2))
+}
+
+func TestParkedCapFromMemory(t *testing.T) {
+	for _, c := range []struct {
+		mem  int64
+		want int
+	}{
+		{0, relayserver.DefaultMaxWaiting},
+		{256 << 20, 4096},    // a quarter of 256 MiB at 16 KiB
+		{16 << 20, 1024},     // never under 1,024
+		{24 << 30, 393216},   // this machine
+		{1 << 50, 1_000_000}, // never over 1,000,000
+	} {
+		if got := relayserver.ParkedCapFor(c.mem); got != c.want {
+			t.Errorf("ParkedCapFor(%d) = %d, want %d", c.mem, got, c.want)
+		}
+	}
+	if got := relayserver.NoFileShortfall(1024, 4096); got != 4096+relayserver.FDHeadroom {
+		t.Errorf("limit 1024 for 4096 parked: need %d, want %d", got, 4096+relayserver.FDHeadroom)
+	}
+	if got := relayserver.NoFileShortfall(65536, 4096); got != 0 {
+		t.Errorf("limit 65536 for 4096 parked: need %d, want 0", got)
+	}
+	if got := relayserver.NoFileShortfall(0, 4096); got != 0 {
+		t.Errorf("an unknown limit: need %d, want 0 (no warning)", got)
+	}
+}

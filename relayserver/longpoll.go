@@ -2,6 +2,7 @@ package relayserver
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -11,8 +12,8 @@ import (
 const (
 	// DefaultMaxWait caps the wait a pull may ask for; longer waits are cut to it.
 	DefaultMaxWait = 30 * time.Second
-	// DefaultMaxWaiting caps the pulls parked at once, over all keys. A held pull costs about
-	// 40 KB (its goroutine and its connection's buffers): some 160 MB at the cap.
+	// DefaultMaxWaiting caps the pulls parked at once, over all keys, where the machine's memory
+	// is unknown; else the cap is ParkedCapFor(MachineMemory()).
 	DefaultMaxWaiting = 4096
 	// DefaultMaxWaitingPerKey caps the pulls one host key may have parked at once.
 	DefaultMaxWaitingPerKey = 2
@@ -56,6 +57,7 @@ func (w wakeReason) String() string {
 // table's lock) before that, so a receiver from ch may read it.
 type waiter struct {
 	key    string
+	addrs  []string // the client address buckets it counts in (waiters.byAddr)
 	ch     chan struct{}
 	why    wakeReason
 	parked bool // in the table; guarded by the table's lock
@@ -76,18 +78,24 @@ type waiters struct {
 	total    int
 	maxKey   int
 	maxTotal int
-	closed   bool
+	// byAddr counts the parked pulls per client address bucket (an IPv4 address; an IPv6 /64,
+	// /56 and /48), each bounded by maxAddr (a /56 or /48 by maxAddr times its scale, at most
+	// half of maxTotal).
+	byAddr  map[string]int
+	maxAddr int
+	closed  bool
 	// onHeld answers a held poll that was woken; it must not block (it runs under mu).
 	onHeld func(*heldPoll, wakeReason)
 }
 
-func newWaiters(maxKey, maxTotal int) *waiters {
-	return &waiters{byKey: map[string][]*waiter{}, maxKey: maxKey, maxTotal: maxTotal}
+func newWaiters(maxKey, maxTotal, maxAddr int) *waiters {
+	return &waiters{byKey: map[string][]*waiter{}, byAddr: map[string]int{}, maxKey: maxKey, maxTotal: maxTotal, maxAddr: maxAddr}
 }
 
-// park registers a pull of key. It returns nil when the pull may not wait: the table is full, or
-// closing (then with drainRetryAfter as the hint for the empty answer).
-func (t *waiters) park(key string) (*waiter, time.Duration) {
+// park registers a pull of key from the client address buckets addrs (clientKeys). It returns
+// nil when the pull may not wait: the table is full, or the address has its share of it, or the
+// table is closing (then with drainRetryAfter as the hint for the empty answer).
+func (t *waiters) park(key string, addrs []rateKey) (*waiter, time.Duration) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.closed {
@@ -97,17 +105,49 @@ func (t *waiters) park(key string) (*waiter, time.Duration) {
 		return nil, 0
 	}
 	ws := t.byKey[key]
-	if len(ws) >= t.maxKey {
+	evict := len(ws) >= t.maxKey
+	if !evict && t.total >= t.maxTotal {
+		return nil, 0
+	}
+	for _, a := range addrs {
+		n, limit := t.byAddr[a.key], t.maxAddr
+		if a.scale > 1 { // an IPv6 /56 or /48: more, but never half the table
+			limit = min(limit*a.scale, max(t.maxTotal/2, t.maxAddr))
+		}
+		if evict && slices.Contains(ws[0].addrs, a.key) {
+			n-- // the pull it evicts gives its place back
+		}
+		if n >= limit {
+			return nil, 0
+		}
+	}
+	if evict {
 		// The oldest pull of this key (often one whose client already went away) gives way.
 		t.wakeLocked(ws[0], wakeEvicted)
 		ws = ws[1:]
-	} else if t.total >= t.maxTotal {
-		return nil, 0
 	}
 	w := &waiter{key: key, ch: make(chan struct{}), parked: true}
+	if len(addrs) > 0 {
+		w.addrs = make([]string, len(addrs))
+		for i, a := range addrs {
+			w.addrs[i] = a.key
+			t.byAddr[a.key]++
+		}
+	}
 	t.byKey[key] = append(ws, w)
 	t.total++
 	return w, 0
+}
+
+// unaddr takes w out of its address buckets (under mu).
+func (t *waiters) unaddr(w *waiter) {
+	for _, a := range w.addrs {
+		if n := t.byAddr[a]; n <= 1 {
+			delete(t.byAddr, a)
+		} else {
+			t.byAddr[a] = n - 1
+		}
+	}
 }
 
 // leave unregisters w if it is still parked. It is safe with a nil w and after a wake.
@@ -138,6 +178,7 @@ func (t *waiters) take(w *waiter) bool {
 	}
 	w.parked = false
 	t.total--
+	t.unaddr(w)
 	return true
 }
 
@@ -200,6 +241,7 @@ func (t *waiters) wakeLocked(w *waiter, why wakeReason) {
 	w.why, w.parked = why, false
 	close(w.ch)
 	t.total--
+	t.unaddr(w)
 	if w.held != nil {
 		t.onHeld(w.held, why)
 	}

@@ -61,7 +61,8 @@ func (s *Server) handlePull(w http.ResponseWriter, r *http.Request) {
 	if s.held != nil && r.ProtoMajor == 1 {
 		hold = func(pw *waiter) bool { return s.hold(pw, w, r, caller.HostPubkey, after, int(limit), wait) }
 	}
-	page, pb, retry, err := s.pullWait(ctx, caller.HostPubkey, after, int(limit), wait, tk, hold)
+	addrs := clientKeys(r, s.opt.TrustProxy)
+	page, pb, retry, err := s.pullWait(ctx, caller.HostPubkey, addrs, after, int(limit), wait, tk, hold)
 	defer func() { putPullBuf(pb) }()
 	if errors.Is(err, errHeld) {
 		return // the connection was taken over: held.go answers it
@@ -290,13 +291,13 @@ const (
 // was full or is shutting down), else 0.
 //
 // hold, when set, may take the parked pull over instead (held.go): pullWait then returns errHeld.
-func (s *Server) pullWait(ctx context.Context, key string, after int64, limit int, wait time.Duration, tk *bodylimit.Ticket,
+func (s *Server) pullWait(ctx context.Context, key string, addrs []rateKey, after int64, limit int, wait time.Duration, tk *bodylimit.Ticket,
 	hold func(*waiter) bool) (page Page, buf *PullBuf, retry time.Duration, err error) {
 	var timeout <-chan time.Time
 	for {
 		var w *waiter
 		if wait > 0 {
-			if w, retry = s.polls.park(key); w == nil && retry == 0 {
+			if w, retry = s.polls.park(key, addrs); w == nil && retry == 0 {
 				retry = busyRetryAfter
 			}
 		}

@@ -144,6 +144,14 @@ func Serve(ctx context.Context, cfg ServeConfig) (err error) {
 		return fmt.Errorf("relayserver: serve: %w", err)
 	}
 	opt.MaxRelayItems, opt.MaxRelayBytes = diskCapacity(ctx, store, cfg.StoreDir, opt)
+	if opt.MaxWaiting <= 0 {
+		opt.MaxWaiting = ParkedCapFor(MachineMemory())
+	}
+	if need := NoFileShortfall(NoFileLimit(), opt.MaxWaiting); need > 0 {
+		// Past the limit the relay cannot accept connections at all, pushes included.
+		log.Warn("the open-file limit is below the parked-poll cap: raise it (LimitNOFILE= in the systemd unit, ulimit -n) or lower --max-parked",
+			"nofile", NoFileLimit(), "max_parked", opt.MaxWaiting, "need", need)
+	}
 	srv, err := New(ctx, store, opt)
 	if err != nil {
 		return err

@@ -75,11 +75,16 @@ type Options struct {
 	// are cut to it, and /v2/relay/info announces it as limits.max_wait. Default DefaultMaxWait;
 	// negative disables long polling (every pull answers at once).
 	MaxWait time.Duration
-	// MaxWaiting caps the pulls parked at once (default DefaultMaxWaiting); past it a pull answers
-	// at once. MaxWaitingPerKey caps them per host key (default DefaultMaxWaitingPerKey); a newer
-	// pull of the key evicts its oldest, which answers at once.
-	MaxWaiting       int
-	MaxWaitingPerKey int
+	// MaxWaiting caps the pulls parked at once (default ParkedCapFor(MachineMemory()): a quarter
+	// of the memory at 16 KiB a poll); past it a pull answers at once, an empty page with
+	// Retry-After: 10. MaxWaitingPerKey caps them per host key (default
+	// DefaultMaxWaitingPerKey); a newer pull of the key evicts its oldest, which answers at once.
+	// MaxWaitingPerClient caps them per client address (an IPv4 address, an IPv6 /64; a /56 has
+	// 4×, a /48 16×, none more than half of MaxWaiting; default MaxWaiting/16, at least 64), so
+	// that one address cannot take them all.
+	MaxWaiting          int
+	MaxWaitingPerKey    int
+	MaxWaitingPerClient int
 	// ResponseBudget caps the bytes of pull answers held in memory at once, across the relay
 	// (default DefaultResponseBudget): an answer is read and written a chunk at a time, each
 	// chunk held against it; past it a page ends early (more) or, with nothing read yet, the
@@ -222,7 +227,10 @@ func New(ctx context.Context, store Store, opt Options) (*Server, error) {
 		opt.MaxWait = DefaultMaxWait
 	}
 	if opt.MaxWaiting <= 0 {
-		opt.MaxWaiting = DefaultMaxWaiting
+		opt.MaxWaiting = ParkedCapFor(MachineMemory())
+	}
+	if opt.MaxWaitingPerClient <= 0 {
+		opt.MaxWaitingPerClient = max(opt.MaxWaiting/16, 64)
 	}
 	if opt.MaxWaitingPerKey <= 0 {
 		opt.MaxWaitingPerKey = DefaultMaxWaitingPerKey
@@ -298,7 +306,7 @@ func New(ctx context.Context, store Store, opt Options) (*Server, error) {
 		enrolR:     newRateTable(opt.EnrolCallsPerMinute, time.Minute, opt.RateTableMax),
 		pushR:      newRateTable(opt.PushesPerMinute, time.Minute, opt.RateTableMax),
 		newEnrolR:  newRateTable(opt.NewEnrolmentsPerDay, 24*time.Hour, opt.RateTableMax),
-		polls:      newWaiters(opt.MaxWaitingPerKey, opt.MaxWaiting),
+		polls:      newWaiters(opt.MaxWaitingPerKey, opt.MaxWaiting, opt.MaxWaitingPerClient),
 		pulls:      newPullSlots(opt.MaxPullsPerKey, opt.MaxPullsPerClient),
 		pullChunk:  max(opt.PullChunk, opt.Limits.MaxItemBytes),
 		respBudget: bodylimit.NewBudget(opt.ResponseBudget),

@@ -117,6 +117,9 @@ keep DIR private (it is made 0700, each file 0600).`,
 			if storeDir != "" && db != "" {
 				return usageErr("pass one of them", "relay serve: both --store-dir and --db")
 			}
+			if lim.maxParked < 0 {
+				return usageErr("give a number of polls, or 0 for the default from the memory", "relay serve: --max-parked %d", lim.maxParked)
+			}
 			var backups *relayserver.BackupSchedule
 			if backupDir != "" {
 				if db != "" {

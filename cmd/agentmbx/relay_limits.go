@@ -15,6 +15,7 @@ type limitFlags struct {
 	perClient, enrolPerDay         int
 	pushesPerMinute                int
 	maxSenderDedup                 int64
+	maxParked                      int
 }
 
 func (l *limitFlags) add(cmd *cobra.Command) {
@@ -33,6 +34,8 @@ func (l *limitFlags) add(cmd *cobra.Command) {
 		"dedup rows (tombstones included) one sender key may hold, past which its pushes get rejected:quota:sender_dedup (-1: no limit)")
 	f.IntVar(&l.enrolPerDay, "new-enrolments-per-day", relayserver.DefaultNewEnrolmentsPerDay,
 		"new host keys one client address may enrol a day (-1: no limit)")
+	f.IntVar(&l.maxParked, "max-parked", 0,
+		"long polls parked at once (each an open connection; one address holds at most 1/16); past it a poll gets an empty page with Retry-After: 10 (0: a quarter of the memory at 16 KiB a poll)")
 	f.IntVar(&l.pushesPerMinute, "pushes-per-minute", mbx.PushesPerMinute,
 		"push requests one sender key may make a minute, announced in the info so that hosts pace under it (-1: no limit)")
 }
@@ -45,5 +48,6 @@ func (l *limitFlags) apply(o relayserver.Options) relayserver.Options {
 	o.NewEnrolmentsPerDay = l.enrolPerDay
 	o.PushesPerMinute = l.pushesPerMinute
 	o.MaxSenderDedup = l.maxSenderDedup
+	o.MaxWaiting = l.maxParked
 	return o
 }
