@@ -207,10 +207,10 @@ func (r *Receiver) backoff(ctx context.Context) backoff.BackOff {
 	return backoff.WithContext(b, ctx)
 }
 
-// retryPause is the pause after a relay's retry hint h (capped at most): h to 2h, uniformly at
+// RetryPause is the pause after a relay's retry hint h (capped at most): h to 2h, uniformly at
 // random, so that hosts the relay turned away together (a full relay, a restart) come back spread
-// over h rather than in one instant.
-func retryPause(h, most time.Duration) time.Duration {
+// over h rather than in one instant. relay bench --parked --restart paces its hosts with it.
+func RetryPause(h, most time.Duration) time.Duration {
 	h = min(h, most)
 	return h + rand.N(h)
 }
@@ -358,7 +358,7 @@ func (r *Receiver) Run(ctx context.Context) error {
 			if st.Reset == 0 && !st.Waited && st.Done() == 0 {
 				pause = r.opt.Idle
 				if st.RetryAfter > 0 {
-					pause = retryPause(st.RetryAfter, r.opt.MaxBackoff)
+					pause = RetryPause(st.RetryAfter, r.opt.MaxBackoff)
 				}
 			}
 		case ctx.Err() != nil:

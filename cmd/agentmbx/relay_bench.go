@@ -30,6 +30,7 @@ func newRelayBenchCmd() *cobra.Command {
 		replicas  int
 		heapProf  string
 		standard  bool
+		restart   bool
 	)
 	cmd := &cobra.Command{
 		Use:   "bench [--dir DIR] [--seconds N] [--pushers 64] [--batch 1|200] [--json] | --parked N [--rate R] [--db URL --replicas 2]",
@@ -68,7 +69,7 @@ notifications.`,
 			if parked != 0 || db != "" || replicas != 1 {
 				return runParkedBench(cmd, relaybench.ParkedConfig{Parked: parked, Rate: rate, DB: db, Replicas: replicas,
 					Dir: dir, Duration: time.Duration(seconds * float64(time.Second)),
-					Wait: time.Duration(wait * float64(time.Second)), HeapProfile: heapProf, Standard: standard}, asJSON)
+					Wait: time.Duration(wait * float64(time.Second)), HeapProfile: heapProf, Standard: standard, Restart: restart}, asJSON)
 			}
 			if pushers < 1 || batch < 1 || wireBytes < 1 {
 				return usageErr("", "--pushers, --batch and --wire-bytes take positive numbers")
@@ -103,6 +104,7 @@ notifications.`,
 	f.Float64Var(&wait, "wait", 0, "with --parked: the wait each poll asks for, seconds (0: longer than the run)")
 	f.StringVar(&db, "db", "", "with --parked: a PostgreSQL URL the relays share (a database of its own)")
 	f.IntVar(&replicas, "replicas", 1, "with --parked and --db: 2 parks on one replica and pushes to both")
+	f.BoolVar(&restart, "restart", false, "with --parked: then restart the relay and measure how the hosts come back")
 	f.StringVar(&heapProf, "heap-profile", "", "with --parked: write the relay process's heap profile there once all are parked")
 	_ = f.MarkHidden("heap-profile")
 	f.BoolVar(&standard, "standard-polls", false, "with --parked: park polls the standard way (a handler goroutine each), to compare")
@@ -163,6 +165,10 @@ func runParkedBench(cmd *cobra.Command, cfg relaybench.ParkedConfig, asJSON bool
 		res.GoroutinesPerParked, float64(res.RSSBytesIdle)/(1<<20))
 	fmt.Fprintf(w, "idle:    %.2f%% CPU over %.1f s\n", res.CPUPctIdle, res.IdleSeconds)
 	fmt.Fprintf(w, "wake:    %d pushes, p50 %.2f ms, p99 %.2f ms, max %.2f ms\n", res.Pushes, res.WakeP50Ms, res.WakeP99Ms, res.WakeMaxMs)
+	if res.RestartAllS > 0 {
+		fmt.Fprintf(w, "restart: back 10%% after %.1f s, 50%% %.1f s, 90%% %.1f s, all %.1f s; at most %d in one second\n",
+			res.RestartP10S, res.RestartP50S, res.RestartP90S, res.RestartAllS, res.RestartPeakPerS)
+	}
 	if res.CrossPushes > 0 {
 		fmt.Fprintf(w, "cross:   %d pushes to the other replica, p50 %.2f ms, p99 %.2f ms, max %.2f ms\n",
 			res.CrossPushes, res.CrossWakeP50Ms, res.CrossWakeP99Ms, res.CrossWakeMaxMs)

@@ -16,6 +16,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/agentmbx/agentmbx/checkpoint"
 	"github.com/agentmbx/agentmbx/mbx"
 )
 
@@ -36,6 +37,8 @@ type loaderConfig struct {
 	Epoch       string   `json:"epoch"`
 	Rate        float64  `json:"rate"`
 	PushSeconds float64  `json:"push_seconds"`
+	// Restart: polls answered with a retry hint come back after it, jittered, as hosts do.
+	Restart bool `json:"restart"`
 }
 
 // loaderCommand is one line the coordinator sends: first the config, then the order to push.
@@ -239,8 +242,30 @@ func (l *loader) pollLoop(ctx context.Context, i int, sem chan struct{}) {
 		}
 		after = page.LastSeq
 		if ra := resp.Header.Get("Retry-After"); ra != "" {
-			l.failed(fmt.Errorf("poll not held: Retry-After %s", ra))
-			return
+			if !l.cfg.Restart {
+				l.failed(fmt.Errorf("poll not held: Retry-After %s", ra))
+				return
+			}
+			// The relay is restarting (or full): pause as a host does, then come back on a new
+			// connection once the relay listens again.
+			hint, _ := strconv.Atoi(ra)
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(checkpoint.RetryPause(time.Duration(max(hint, 1))*time.Second, time.Minute)):
+			}
+			conn.Close()
+			for try := 0; ; try++ {
+				if conn, err = d.DialContext(ctx, "tcp", l.host); err == nil {
+					break
+				}
+				if try == 60 || ctx.Err() != nil {
+					l.failedUnlessDone(ctx, fmt.Errorf("redial after a restart: %w", err))
+					return
+				}
+				time.Sleep(500 * time.Millisecond) // the relay is not listening yet
+			}
+			br = bufio.NewReader(conn)
 		}
 	}
 }

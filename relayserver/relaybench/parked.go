@@ -65,6 +65,10 @@ type ParkedConfig struct {
 	// HeapProfile, when set, is a file the heap profile of the relay process is written to once
 	// every poll is parked (go tool pprof -sample_index=inuse_space).
 	HeapProfile string
+	// Restart, after the push phase, restarts the relay the polls park on (a graceful shutdown,
+	// which answers them with Retry-After: 5, then a new relay on the same address) and measures
+	// how the hosts come back: each pauses as a host's receive loop does (checkpoint.RetryPause).
+	Restart bool
 	// Standard parks polls the standard way (a handler goroutine each) instead of holding them
 	// as bare connections, to compare.
 	Standard bool
@@ -113,6 +117,13 @@ type ParkedResult struct {
 	CrossWakeP50Ms float64 `json:"cross_wake_p50_ms,omitempty"`
 	CrossWakeP99Ms float64 `json:"cross_wake_p99_ms,omitempty"`
 	CrossWakeMaxMs float64 `json:"cross_wake_max_ms,omitempty"`
+	// With Restart: seconds from the start of the shutdown until 10%, 50%, 90% and all of the
+	// polls were parked again on the new relay, and the most that arrived in one second.
+	RestartP10S     float64 `json:"restart_p10_s,omitempty"`
+	RestartP50S     float64 `json:"restart_p50_s,omitempty"`
+	RestartP90S     float64 `json:"restart_p90_s,omitempty"`
+	RestartAllS     float64 `json:"restart_all_s,omitempty"`
+	RestartPeakPerS int     `json:"restart_peak_per_s,omitempty"`
 }
 
 // perLoader is the most polls one load child holds (each a socket, under a usual open-file limit
@@ -203,6 +214,7 @@ func RunParked(ctx context.Context, cfg ParkedConfig) (ParkedResult, error) {
 		return res, fmt.Errorf("relaybench: enrol: %w", err)
 	}
 	relays := make([]*parkedRelay, len(stores))
+	relayOpts := make([]relayserver.Options, len(stores))
 	defer func() {
 		for _, r := range relays {
 			if r != nil {
@@ -217,6 +229,7 @@ func RunParked(ctx context.Context, cfg ParkedConfig) (ParkedResult, error) {
 		if cfg.Tune != nil {
 			cfg.Tune(&opt)
 		}
+		relayOpts[i] = opt
 		if relays[i], err = startParkedRelay(ctx, st, opt, !cfg.Standard); err != nil {
 			return res, fmt.Errorf("relaybench: relay: %w", err)
 		}
@@ -243,7 +256,7 @@ func RunParked(ctx context.Context, cfg ParkedConfig) (ParkedResult, error) {
 		lo, hi := i*cfg.Parked/loaders, (i+1)*cfg.Parked/loaders
 		lc := loaderConfig{Seed: seed, Lo: lo, Hi: hi, ParkURL: relays[0].base, PushURLs: pushURLs,
 			Source: fmt.Sprintf("127.0.0.%d", 2+i%250), WaitSeconds: int(wait / time.Second), Epoch: relays[0].srv.Epoch(),
-			Rate: cfg.Rate / float64(loaders), PushSeconds: cfg.Duration.Seconds()}
+			Rate: cfg.Rate / float64(loaders), PushSeconds: cfg.Duration.Seconds(), Restart: cfg.Restart}
 		k, err := startLoader(cfg.Loader(), lc)
 		if err != nil {
 			return res, err
@@ -306,7 +319,73 @@ func RunParked(ctx context.Context, cfg ParkedConfig) (ParkedResult, error) {
 	if res.Pushes+res.CrossPushes == 0 {
 		return res, errors.New("relaybench: no push completed")
 	}
+	if cfg.Restart {
+		say("restarting the relay")
+		if err := restartRelay(ctx, &relays[0], stores[0], relayOpts[0], !cfg.Standard, cfg.Parked, &res); err != nil {
+			return res, err
+		}
+	}
 	return res, nil
+}
+
+// restartRelay shuts *r down gracefully (its parked polls answered with Retry-After: 5), starts
+// a new relay on the same store and address, and records how the hosts came back.
+func restartRelay(ctx context.Context, r **parkedRelay, st relayserver.Store, opt relayserver.Options, held bool, n int, res *ParkedResult) error {
+	addr := strings.TrimPrefix((*r).base, "http://")
+	start := time.Now()
+	(*r).stop()
+	*r = nil
+	srv, err := relayserver.New(ctx, st, opt)
+	if err != nil {
+		return fmt.Errorf("relaybench: restart: %w", err)
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("relaybench: restart: %w", err)
+	}
+	hs := relayserver.NewHTTPServer(srv)
+	if held {
+		ln = srv.Listener(ln)
+	}
+	nr := &parkedRelay{srv: srv, hs: hs, base: "http://" + addr, served: make(chan error, 1)}
+	go func() { nr.served <- hs.Serve(ln) }()
+	*r = nr
+	marks := []struct {
+		frac float64
+		at   *float64
+	}{{0.1, &res.RestartP10S}, {0.5, &res.RestartP50S}, {0.9, &res.RestartP90S}, {1, &res.RestartAllS}}
+	t := time.NewTicker(20 * time.Millisecond)
+	defer t.Stop()
+	var perSecond []int // parked polls counted at each second's end
+	for {
+		got := srv.Parked()
+		el := time.Since(start)
+		for _, m := range marks {
+			if *m.at == 0 && float64(got) >= m.frac*float64(n) {
+				*m.at = el.Seconds()
+			}
+		}
+		for s := len(perSecond); time.Duration(s+1)*time.Second <= el; s++ {
+			perSecond = append(perSecond, got)
+		}
+		if got >= n {
+			break
+		}
+		if el > 3*time.Minute {
+			return fmt.Errorf("relaybench: restart: %d of %d polls back after %s", got, n, el)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.C:
+		}
+	}
+	prev := 0
+	for _, c := range append(perSecond, n) {
+		res.RestartPeakPerS = max(res.RestartPeakPerS, c-prev)
+		prev = c
+	}
+	return nil
 }
 
 // quantiles returns the 50th and 99th percentiles and the maximum of ms (nearest rank).
@@ -358,7 +437,9 @@ func openStores(ctx context.Context, cfg ParkedConfig) ([]relayserver.Store, fun
 		dropSchema()
 	}
 	for range cfg.Replicas {
-		st, err := pgstore.Open(ctx, url, nil)
+		// The periodic re-check (every parked poll reads its queue once a minute) is left out,
+		// so that it cannot land in the idle window: it is a burst of one read per parked poll.
+		st, err := pgstore.Open(ctx, url, &pgstore.Options{Recheck: time.Hour})
 		if err != nil {
 			closeAll()
 			return nil, nil, fmt.Errorf("relaybench: %w", err)
