@@ -61,10 +61,11 @@ func TestRelayBenchJSON(t *testing.T) {
 	}
 }
 
-// TestRelayBenchParkedSmoke parks 50 polls from a load process (this test binary run again) and
-// checks the report for shape and consistency, never against a speed or a size.
+// TestRelayBenchParkedSmoke parks 50 polls from a load process (this test binary run again),
+// restarts the relay (the hosts pause 5 to 10 s, as hosts do) and checks the report for shape and
+// consistency, never against a speed or a size.
 func TestRelayBenchParkedSmoke(t *testing.T) {
-	out, _, err := runRelay(t, "bench", "--parked", "50", "--seconds", "0.5", "--rate", "40", "--json", "--dir", t.TempDir())
+	out, _, err := runRelay(t, "bench", "--parked", "50", "--seconds", "0.5", "--rate", "40", "--restart", "--json", "--dir", t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -93,6 +94,13 @@ func TestRelayBenchParkedSmoke(t *testing.T) {
 	}
 	if p50, p99, top := num("wake_p50_ms"), num("wake_p99_ms"), num("wake_max_ms"); p50 < 0 || p50 > p99 || p99 > top {
 		t.Errorf("wake p50 %v, p99 %v, max %v: not ordered", p50, p99, top)
+	}
+	// The restart: every host came back, in order of the marks, at most all of them in a second.
+	if p10, p50, p90, all := num("restart_p10_s"), num("restart_p50_s"), num("restart_p90_s"), num("restart_all_s"); !(p10 > 0 && p10 <= p50 && p50 <= p90 && p90 <= all) {
+		t.Errorf("restart marks 10%% %v, 50%% %v, 90%% %v, all %v: not ordered", p10, p50, p90, all)
+	}
+	if peak := num("restart_peak_per_s"); peak < 1 || peak > 50 {
+		t.Errorf("restart_peak_per_s = %v, want 1 to 50", peak)
 	}
 	if _, ok := r["cross_pushes"]; ok {
 		t.Errorf("one replica reported cross-replica wakes: %v", r["cross_pushes"])
