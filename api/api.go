@@ -255,6 +255,21 @@ type Status struct {
 	Rotation *Rotation `json:"rotation,omitempty"`
 	// LANAlerts are the peers whose LAN address answers without their pinned key's signature.
 	LANAlerts []LANAlert `json:"lan_alerts,omitempty"`
+	// Reach is what the daemon knows of whether its transport targets answer (empty when no
+	// daemon runs, or before its first attempt).
+	Reach []Reach `json:"reach,omitempty"`
+}
+
+// Reach is a transport target's reachability as the daemon last saw it.
+type Reach struct {
+	// Target is "relay", or "lan:HOST" for a paired peer's LAN address.
+	Target string `json:"target"`
+	// State is up (answers and takes), quiet (answers, fails everything), down (no answer: probed
+	// every 5 s) or unknown.
+	State string `json:"state"`
+	Since string `json:"since,omitempty"` // when it entered State
+	// OutageSince is when it went down first since it was last up, while it is not up yet.
+	OutageSince string `json:"outage_since,omitempty"`
 }
 
 // LANAlert says that a pinned peer's LAN address answered a delivery without a valid LAN

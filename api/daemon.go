@@ -42,4 +42,6 @@ type DaemonStatus struct {
 	Outbox map[string]int `json:"outbox"`
 	// LANAlerts are the peers whose LAN address answers without their pinned key's signature.
 	LANAlerts []LANAlert `json:"lan_alerts,omitempty"`
+	// Reach is whether the relay and the peers' LAN addresses answer (Status.Reach).
+	Reach []Reach `json:"reach,omitempty"`
 }

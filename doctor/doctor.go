@@ -168,6 +168,7 @@ func checkDaemon(env Env, st api.Status, r *Report) {
 	}
 	r.add(Check{ID: "daemon", Status: OK, Summary: "running, answering on " + sock})
 	checkLANListener(env, st, r)
+	checkReach(st, r)
 	switch {
 	case st.Version == "":
 		r.add(Check{ID: "daemon.version", Status: Warn, Summary: "the daemon does not say its version (an older build)",
@@ -177,6 +178,22 @@ func checkDaemon(env Env, st api.Status, r *Report) {
 			Detail: "restart the daemon with this binary", Fix: env.restartDaemon()})
 	default:
 		r.add(Check{ID: "daemon.version", Status: OK, Summary: "same build as this binary: " + st.Version})
+	}
+}
+
+// checkReach: the targets the daemon finds silent (the relay, peers' LAN addresses). Mail for
+// them waits; the daemon probes them every 5 s and sends it when they answer.
+func checkReach(st api.Status, r *Report) {
+	for _, t := range st.Reach {
+		if t.State != "down" {
+			continue
+		}
+		what := t.Target
+		if host, ok := strings.CutPrefix(t.Target, "lan:"); ok {
+			what = host + "'s LAN address"
+		}
+		r.add(Check{ID: "daemon.reach", Status: Warn, Summary: what + " does not answer since " + orText(t.OutageSince, t.Since),
+			Detail: "the daemon probes it every 5 s; the mail waiting for it goes as soon as it answers"})
 	}
 }
 

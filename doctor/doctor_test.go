@@ -179,6 +179,10 @@ func TestEachCheckFails(t *testing.T) {
 		{"LAN port taken", func(t *testing.T, w *world) {
 			w.host.status.Listen, w.host.status.LANError = "127.0.0.1:7373", "listen tcp 127.0.0.1:7373: bind: address already in use"
 		}, "daemon.lan", Warn, "--listen HOST:PORT"},
+		{"daemon finds the relay down", func(t *testing.T, w *world) {
+			w.host.status.Reach = []api.Reach{{Target: "lan:work", State: "up"},
+				{Target: "relay", State: "down", Since: "2026-01-02T03:04:05Z", OutageSince: "2026-01-02T03:04:00Z"}}
+		}, "daemon.reach", Warn, ""},
 		{"agent created by incoming mail", func(t *testing.T, w *world) {
 			w.host.agents = []api.Agent{{Name: "bob"}, {Name: "bobb", CreatedByMail: "ann@work"}}
 		}, "agents", Warn, "agentmbx agents add bobb --home '../my home'"},

@@ -131,7 +131,7 @@ func RunDaemon(ctx context.Context, dir string, opts DaemonOptions) (err error) 
 	relayWait = max(relayWait, 0)
 	loopDone := make(chan struct{})
 	h.probes.Start(loopCtx)
-	h.probes.Waiting(loopCtx, h.ob)
+	h.probeWaiting(loopCtx)
 	go func() {
 		defer close(loopDone)
 		defer h.probes.Stop()

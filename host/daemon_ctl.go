@@ -48,6 +48,7 @@ func (h *Host) DaemonStatus(ctx context.Context) (api.DaemonStatus, error) {
 	if st.LANAlerts, err = h.lanAlerts(); err != nil {
 		return api.DaemonStatus{}, fmt.Errorf("host: daemon status: %w", err)
 	}
+	st.Reach = h.reachStatus()
 	if st.Relay != "none" {
 		rs, err := h.relay.RelayStatus(ctx)
 		if err != nil {

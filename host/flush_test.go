@@ -4,6 +4,7 @@ import (
 	"context"
 	"testing"
 
+	"github.com/agentmbx/agentmbx/host/reach"
 	"github.com/agentmbx/agentmbx/mbx"
 	"github.com/agentmbx/agentmbx/outbox"
 )
@@ -76,6 +77,9 @@ func TestRelayRecoveryFlushesWaitingRows(t *testing.T) {
 		if row := a.row(m1.ID, "beta"); row.State != outbox.StatePending || !row.NextAt.After(a.clock.Now()) {
 			t.Fatalf("%s: m1 = %s next_at %v; want pending in backoff", recover, row.State, row.NextAt)
 		}
+		if st := a.reach.Get(reach.Relay); st.State != reach.Down || st.OutageSince.IsZero() {
+			t.Fatalf("%s: after a push without an answer the relay is %+v, want down", recover, st)
+		}
 		if recover == "push" {
 			m2 := a.send("alice", []string{"bob@beta"}, "fine", "accepted")
 			if n := a.passOnce(); n != 1 {
@@ -92,6 +96,9 @@ func TestRelayRecoveryFlushesWaitingRows(t *testing.T) {
 		}
 		if st := a.rowState(m1.ID, "beta"); st != outbox.StateRelayAccepted {
 			t.Fatalf("%s: m1 = %s after the recovery pass, want relay-accepted", recover, st)
+		}
+		if st := a.reach.Get(reach.Relay); st.State != reach.Up || !st.OutageSince.IsZero() {
+			t.Fatalf("%s: after the recovery the relay is %+v, want up", recover, st)
 		}
 	}
 }

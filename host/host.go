@@ -17,6 +17,7 @@ import (
 	"github.com/agentmbx/agentmbx/checkpoint"
 	"github.com/agentmbx/agentmbx/host/mailstore"
 	"github.com/agentmbx/agentmbx/host/ops"
+	"github.com/agentmbx/agentmbx/host/reach"
 	"github.com/agentmbx/agentmbx/internal/syncbuf"
 	"github.com/agentmbx/agentmbx/lan"
 	"github.com/agentmbx/agentmbx/mbx"
@@ -77,8 +78,9 @@ type Host struct {
 	client *http.Client
 	serial bool // Options.Serial
 
-	lanSrv  *lan.Server                        // the LAN server (lan.go)
-	senders map[outbox.Transport]outbox.Sender // the LAN transport (the relay's is made per pass)
+	lanSrv       *lan.Server                        // the LAN server (lan.go)
+	lanTransport *lan.Transport                     // LAN sends and probes (lan.go)
+	senders      map[outbox.Transport]outbox.Sender // the LAN transport (the relay's is made per pass)
 
 	mail   *mailstore.Store   // the agents' mail (mail.go)
 	kick   chan struct{}      // wakes the outbox loop (buffered, 1)
@@ -86,8 +88,8 @@ type Host struct {
 	pair   *pairing.Service   // LAN pairing (socket.go)
 	rot    *rotation.Rotation // its own key rotation and its peers' (rotation.go)
 	ops    *ops.Ops           // counters, readiness, metrics (package host/ops; opsview.go)
-	probes *lan.Prober        // probes of silent peers' LAN addresses (lan.go)
-	quiet  lanQuiet           // since when peers' LAN addresses give no answer (outbox_wait.go)
+	reach  *reach.Tracker     // whether the relay and each peer's LAN address answer (flush.go)
+	probes *reach.Prober      // the daemon's probes of targets that do not answer (flush.go)
 
 	mu       sync.Mutex
 	listen   string       // configured listen address (meta)
@@ -95,11 +97,9 @@ type Host struct {
 	daemon   bool         // true while RunDaemon serves this host
 	run      *daemonRun   // the running daemon's start and stop (daemon_ctl.go), nil otherwise
 	closed   bool
-	inflight map[string]bool      // hosts with a send in flight (set and cleared by passes)
-	lanDown  map[string]time.Time // when a peer's LAN address last failed to answer (transport.go)
-	linkUp   map[string]bool      // links known to answer (flush.go); absent: unknown since start
-	passMu   sync.Mutex           // one pass reads and dispatches at a time
-	sends    sync.WaitGroup       // send goroutines started by passes
+	inflight map[string]bool // hosts with a send in flight (set and cleared by passes)
+	passMu   sync.Mutex      // one pass reads and dispatches at a time
+	sends    sync.WaitGroup  // send goroutines started by passes
 }
 
 // Open opens the host in dir. It fails with api.ErrNotInitialized when dir has no identity, and with
@@ -154,8 +154,9 @@ func Open(dir string, opts *Options) (*Host, error) {
 		clock: o.Clock, rand: o.Rand, ulids: mbx.NewULIDs(o.Rand), log: o.Logger, client: o.HTTPClient,
 		serial: o.Serial,
 		kick:   make(chan struct{}, 1), inflight: map[string]bool{},
-		linkUp: map[string]bool{}, lanDown: map[string]time.Time{},
 	}
+	h.reach = reach.New(reach.Config{Clock: o.Clock, OnUp: h.recovered, OnDown: func(t reach.Target) { h.probes.Watch(t) }})
+	h.probes = reach.NewProber(reach.ProberConfig{Tracker: h.reach, Probe: h.probeTarget, Every: probeEvery})
 	if err := db.Update(func(tx *bbolt.Tx) error {
 		if err := createBuckets(tx); err != nil {
 			return err

@@ -1,17 +1,14 @@
 package host
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
 
-	"go.etcd.io/bbolt"
-
 	"github.com/agentmbx/agentmbx/api"
 	"github.com/agentmbx/agentmbx/host/peers"
-	"github.com/agentmbx/agentmbx/internal/logkey"
+	"github.com/agentmbx/agentmbx/host/reach"
 	"github.com/agentmbx/agentmbx/internal/version"
 	"github.com/agentmbx/agentmbx/lan"
 	"github.com/agentmbx/agentmbx/mbx"
@@ -22,25 +19,12 @@ import (
 // serves it; a command that pairs without a daemon serves it for the session.
 func (h *Host) LANMux() *http.ServeMux { return h.lanSrv.Mux() }
 
-// probeSchedule is the schedule of the probes of silent peers (a variable for tests).
-var probeSchedule = lan.DefaultProbeSchedule
-
 func (h *Host) newLAN() {
 	h.lanSrv = lan.NewServer(lanHost{h}, lan.ServerOptions{Clock: h.clock, Logger: h.log, Version: version.String()})
 	h.lanSrv.HandleRotations(h.rot.LANApplier())
 	tr := lan.NewTransport(lan.TransportConfig{Identity: h, HTTPClient: h.client, Clock: h.clock, Port: h.lanPortHint})
+	h.lanTransport = tr
 	h.senders = map[outbox.Transport]outbox.Sender{outbox.TransportLAN: tr}
-	h.probes = lan.NewProber(lan.ProberConfig{Transport: tr, Peer: lanHost{h}.Peer, Schedule: probeSchedule,
-		Clock: h.clock, Logger: h.log,
-		Up: func(host string) bool { return h.isLinkUp(linkOf(outbox.TransportLAN, host)) },
-		Answered: func(ctx context.Context, host string) {
-			// The peer answers again: the rows waiting for it become due at once (flush.go).
-			if err := h.db.Update(func(tx *bbolt.Tx) error {
-				return h.flushTx(tx, linkOf(outbox.TransportLAN, host), outbox.TransportLAN, host)
-			}); err != nil && ctx.Err() == nil {
-				h.log.Warn("flushing a peer's waiting outbox rows", logkey.Peer, host, logkey.Err, err)
-			}
-		}})
 }
 
 // outboxPeer is p as the outbox's senders see it.
@@ -98,7 +82,10 @@ func (l lanHost) ReceiveReceipts(p outbox.Peer, items []json.RawMessage) ([]mbx.
 	return res, nil
 }
 
-func (l lanHost) PeerReached(p outbox.Peer) { l.lanUp(p.Host) }
+// PeerReached: a verified request came from p over the LAN. Its address as pinned may still not
+// answer (the request came from another one), so a peer marked down is probed now rather than
+// taken for up.
+func (l lanHost) PeerReached(p outbox.Peer) { l.probes.Poke(reach.LAN(p.Host)) }
 
 // lanBound is the daemon's bound LAN address and port ("" and 0 when no daemon listens), and
 // why its LAN bind failed while it retries.

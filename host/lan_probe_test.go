@@ -5,18 +5,18 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agentmbx/agentmbx/lan"
+	"github.com/agentmbx/agentmbx/host/reach"
 	"github.com/agentmbx/agentmbx/outbox"
 )
 
 // TestLANProbeFlushesWhenThePeerAnswers: a peer whose LAN address stopped answering leaves its
 // rows in backoff (the fake clock never moves to their next_at), however many probes find nothing;
 // the peer's return is noticed by a probe and its rows become due at once, then delivered.
-// Cost: well under a second (the probe schedule is shortened).
+// Cost: well under a second (the probes' wait is shortened).
 func TestLANProbeFlushesWhenThePeerAnswers(t *testing.T) {
-	saved := probeSchedule
-	probeSchedule = lan.ProbeSchedule{First: 20 * time.Millisecond, Max: 100 * time.Millisecond}
-	t.Cleanup(func() { probeSchedule = saved })
+	saved := probeEvery
+	probeEvery = 20 * time.Millisecond
+	t.Cleanup(func() { probeEvery = saved })
 
 	clock := newClock()
 	a, b := newTestHost(t, "alpha", clock), newTestHost(t, "beta", clock)
@@ -38,6 +38,9 @@ func TestLANProbeFlushesWhenThePeerAnswers(t *testing.T) {
 	r := a.row(m.ID, "beta")
 	if r.State != outbox.StatePending || r.Attempts != 4 || !r.NextAt.After(clock.Now().Add(30*time.Second)) {
 		t.Fatalf("row = %s, %d attempts, next_at %v (now %v); want pending, 4 attempts, in backoff", r.State, r.Attempts, r.NextAt, clock.Now())
+	}
+	if st := a.reach.Get(reach.LAN("beta")); st.State != reach.Down {
+		t.Fatalf("beta's LAN address is %v after four unanswered attempts, want down", st.State)
 	}
 	// Three probes reach beta's address and get no answer: the row stays in its backoff.
 	probed := b.gate.requests()

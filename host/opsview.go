@@ -13,7 +13,7 @@ import (
 func (h *Host) Ops() *ops.Ops { return h.ops }
 
 func (h *Host) newOps() *ops.Ops {
-	return ops.New(ops.Config{Outbox: h.ob, RelayStatus: h.relay.RelayStatus, Logger: h.log,
+	return ops.New(ops.Config{Outbox: h.ob, RelayStatus: h.relay.RelayStatus, Logger: h.log, Reach: h.reachStatus,
 		Serving: func() bool {
 			h.mu.Lock()
 			defer h.mu.Unlock()

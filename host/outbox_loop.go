@@ -29,8 +29,8 @@ import (
 // Each host's outcomes are recorded in one transaction per transport: delivered rows end done,
 // relay-accepted ones wait for their receipts, failed ones back off (min(5 s · 2^attempts, 1 h) ±20%),
 // retryable rejections too, other rejections end rejected and their sender gets an alert in the
-// same transaction. When a link answers again, its waiting rows become due in that transaction
-// too (flush.go). A sweep ends the rows past their deadline (72 h without delivery; for
+// same transaction. When a target answers again after an outage, the rows waiting for it become
+// due at once (flush.go). A sweep ends the rows past their deadline (72 h without delivery; for
 // relay-accepted rows accepted_at + retention + 24 h) with the same alert.
 const (
 	// passLimit and passBytes bound the rows one pass reads, and the wire bytes it holds (the
@@ -209,10 +209,9 @@ func (h *Host) sendHost(ctx context.Context, peer PeerRecord, rows []outbox.Row)
 			// Rows the relay pacer did not get to in time were not sent: no attempt to record,
 			// they stay due for the next pass.
 			rows, out = sentOnly(rows, out)
-			if part.tr.Kind() == outbox.TransportLAN {
-				h.noteLAN(peer.Host, out)
-				h.quiet.note(peer.Host, out, h.clock())
-			} else {
+			// Reported before the record: a recovery's flush then leaves these rows alone.
+			h.observe(part.tr.Kind(), peer.Host, out)
+			if part.tr.Kind() == outbox.TransportRelay {
 				var ok bool
 				if rows, out, ok = h.relay.HoldRefused(ctx, rows, out); !ok {
 					failed.Store(true)
@@ -253,22 +252,8 @@ func (h *Host) spawn(fn func()) {
 // record stores the outcomes of one host's attempt in one transaction, and reports whether it
 // committed.
 func (h *Host) record(ctx context.Context, host string, rows []outbox.Row, out []outbox.Outcome, tr outbox.Transport) bool {
-	link := linkOf(tr, host)
-	answered, silent := linkAnswered(out)
 	err := h.db.Update(func(tx *bbolt.Tx) error {
 		ob := h.ob.In(tx)
-		if answered {
-			if err := h.flushTx(tx, link, tr, host); err != nil {
-				return err
-			}
-		} else if silent {
-			tx.OnCommit(func() {
-				h.setLinkUp(link, false)
-				if tr == outbox.TransportLAN && unreachable(out) {
-					h.probes.Silent(host)
-				}
-			})
-		}
 		var accepted []outbox.Row
 		for i, r := range rows {
 			o := out[i]

@@ -5,10 +5,10 @@ import (
 	"maps"
 	"slices"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/agentmbx/agentmbx/api"
+	"github.com/agentmbx/agentmbx/host/reach"
 	"github.com/agentmbx/agentmbx/mbx"
 	"github.com/agentmbx/agentmbx/outbox"
 )
@@ -121,45 +121,16 @@ func nextAttempt(r outbox.Row, now time.Time) string {
 	return "; next attempt at " + mbx.ISOTime(r.NextAt)
 }
 
-// lanQuiet remembers since when each peer's LAN address has given no answer to any attempt
-// (the daemon's memory; the zero value is ready).
-type lanQuiet struct {
-	mu    sync.Mutex
-	since map[string]time.Time
-}
-
-// note records what a LAN attempt to host showed: no answer at all starts (or continues) its
-// quiet spell; any answer ends it.
-func (q *lanQuiet) note(host string, out []outbox.Outcome, now time.Time) {
-	if len(out) == 0 {
-		return
-	}
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	if !unreachable(out) {
-		delete(q.since, host)
-		return
-	}
-	if q.since == nil {
-		q.since = map[string]time.Time{}
-	}
-	if _, ok := q.since[host]; !ok {
-		q.since[host] = now
-	}
-}
-
-// snapshot copies the quiet spells.
-func (q *lanQuiet) snapshot() map[string]time.Time {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	return maps.Clone(q.since)
-}
-
 // waitFacts gathers what the host knows of its links now. It reads the relay record and the
 // peers (one small transaction each); callers gather it only for pages with active rows.
 func (h *Host) waitFacts() (waitFacts, error) {
 	now := h.clock()
-	f := waitFacts{now: now, lanDown: h.quiet.snapshot(), peers: map[string]PeerRecord{}}
+	f := waitFacts{now: now, lanDown: map[string]time.Time{}, peers: map[string]PeerRecord{}}
+	for _, st := range h.reach.All() {
+		if host, ok := st.Target.Peer(); ok && st.State == reach.Down {
+			f.lanDown[host] = st.Since
+		}
+	}
 	h.mu.Lock()
 	f.daemon = h.daemon
 	h.mu.Unlock()

@@ -57,9 +57,9 @@ func (rh relayHost) Alert(tx *bbolt.Tx, row outbox.Row) error {
 	return err
 }
 
-func (rh relayHost) KickOutbox()                  { rh.kickOutbox() }
-func (rh relayHost) Wake()                        { rh.kickOutbox() } // the mail store wakes the waiters
-func (rh relayHost) Answered(ctx context.Context) { rh.relayAnswered(ctx) }
+func (rh relayHost) KickOutbox()                            { rh.kickOutbox() }
+func (rh relayHost) Wake()                                  { rh.kickOutbox() } // the mail store wakes the waiters
+func (rh relayHost) Reached(ctx context.Context, err error) { rh.relayReached(ctx, err) }
 
 // senderPeerTx finds the pinned peer that pushed an item (by its current or a retired key).
 func senderPeerTx(tx *bbolt.Tx, key string) (PeerRecord, bool, error) {

@@ -130,6 +130,7 @@ func (h *Host) Status(ctx context.Context) (api.Status, error) {
 	h.mu.Lock()
 	st.Listen, st.Daemon = h.listen, h.daemon
 	h.mu.Unlock()
+	st.Reach = h.reachStatus()
 	bound, _, bindErr := h.lanBound()
 	if bound != "" {
 		st.Listen = bound

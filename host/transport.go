@@ -3,6 +3,7 @@ package host
 import (
 	"time"
 
+	"github.com/agentmbx/agentmbx/host/reach"
 	"github.com/agentmbx/agentmbx/outbox"
 	"github.com/agentmbx/agentmbx/relaylink"
 )
@@ -44,7 +45,9 @@ const (
 const (
 	// relayAfterLANFailures is how many failed LAN attempts move a row to the relay.
 	relayAfterLANFailures = 2
-	// lanRetryAfter is how long new rows skip a peer whose LAN address did not answer.
+	// lanRetryAfter is how long new rows skip a peer whose LAN address did not answer, counted
+	// from the last attempt or probe that got no answer (the daemon probes it every 5 s, so
+	// the mark stays while the peer is away and ends when a probe gets an answer).
 	lanRetryAfter = time.Minute
 )
 
@@ -57,7 +60,7 @@ func (h *Host) transportFor(r outbox.Row, p PeerRecord, relayOK bool, now time.T
 	if !relayOK {
 		return outbox.TransportLAN
 	}
-	if p.Addr == "" || h.lanDownSince(p.Host, now) {
+	if p.Addr == "" || h.reach.DownWithin(reach.LAN(p.Host), lanRetryAfter) {
 		return outbox.TransportRelay
 	}
 	if r.LANFailures >= relayAfterLANFailures && r.Transport != outbox.TransportRelay {
@@ -66,39 +69,4 @@ func (h *Host) transportFor(r outbox.Row, p PeerRecord, relayOK bool, now time.T
 	// A pending row whose last attempt went to the relay was not taken there (no answer, no
 	// valid statement, a refusal such as a target that never enrolled): the LAN may answer now.
 	return outbox.TransportLAN
-}
-
-// lanDownSince reports whether the peer's LAN address failed to answer less than lanRetryAfter
-// before now.
-func (h *Host) lanDownSince(host string, now time.Time) bool {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	at, ok := h.lanDown[host]
-	return ok && now.Sub(at) < lanRetryAfter
-}
-
-// noteLAN records what a LAN attempt showed of the peer's reachability: any answer (even an
-// error status) clears the mark, no answer at all sets it.
-func (h *Host) noteLAN(host string, out []outbox.Outcome) {
-	answered := false
-	for _, o := range out {
-		if !o.Unreachable {
-			answered = true
-		}
-	}
-	now := h.clock()
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if answered {
-		delete(h.lanDown, host)
-	} else if len(out) > 0 {
-		h.lanDown[host] = now
-	}
-}
-
-// lanUp clears the peer's down mark: a verified request came from it over the LAN.
-func (h *Host) lanUp(host string) {
-	h.mu.Lock()
-	delete(h.lanDown, host)
-	h.mu.Unlock()
 }

@@ -2,18 +2,13 @@ package lan_test
 
 import (
 	"bytes"
-	"context"
-	"errors"
 	"log/slog"
 	"net/http"
 	"strings"
-	"sync"
 	"testing"
-	"testing/synctest"
 	"time"
 
 	"github.com/agentmbx/agentmbx/lan"
-	"github.com/agentmbx/agentmbx/outbox"
 )
 
 // The LAN server's documented defaults (docs/security.md, "A relay on the open internet": a
@@ -116,66 +111,4 @@ func TestLANDefaultRotationRate(t *testing.T) {
 	if n := calls(); n != docRotationBurst {
 		t.Fatalf("%d calls after an hour idle, want the burst of %d (no more)", n, docRotationBurst)
 	}
-}
-
-// probeDoer records when each probe was made (on the bubble's clock) and fails it.
-type probeDoer struct {
-	mu sync.Mutex
-	at []time.Time
-}
-
-func (d *probeDoer) Do(*http.Request) (*http.Response, error) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	d.at = append(d.at, time.Now())
-	return nil, errors.New("no answer")
-}
-
-// The probes of a silent peer (docs/relay.md, "What hosts do with a relay": "probed, 5 s
-// doubling to 15 s"; the package doc: each wait jittered ±20%), on the default schedule, in
-// simulated time: the waits between probes lie within 20% of 5 s, 10 s, then 15 s every time.
-func TestLANDefaultProbeSchedule(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		doer := &probeDoer{}
-		start := time.Now()
-		p := lan.NewProber(lan.ProberConfig{
-			Transport: lan.NewTransport(lan.TransportConfig{Identity: &fakeHost{me: keyN(1)}, HTTPClient: doer, Clock: time.Now}),
-			Peer: func(string) (outbox.Peer, bool, error) {
-				return outbox.Peer{Host: "beta", HostPubkey: keyN(2).PublicKey(), Addr: "192.0.2.7:7373"}, true, nil
-			},
-			Up:       func(string) bool { return false },
-			Answered: func(context.Context, string) { t.Error("a failed probe counted as an answer") },
-			Clock:    time.Now, Logger: slog.New(slog.DiscardHandler),
-		})
-		ctx, cancel := context.WithCancel(context.Background())
-		p.Start(ctx)
-		p.Silent("beta")
-		time.Sleep(10 * time.Minute)
-		cancel()
-		p.Stop()
-		want := []time.Duration{5 * time.Second, 10 * time.Second} // then 15 s
-		prev := start
-		if len(doer.at) < 10 {
-			t.Fatalf("%d probes in 10 minutes", len(doer.at))
-		}
-		for i, at := range doer.at {
-			center := 15 * time.Second
-			if i < len(want) {
-				center = want[i]
-			}
-			if wait := at.Sub(prev); wait < center*8/10 || wait > center*12/10 {
-				t.Fatalf("wait %d before probe %d = %s, want %s ±20%% (waits: %v)", i+1, i+1, wait, center, waits(start, doer.at))
-			}
-			prev = at
-		}
-	})
-}
-
-func waits(start time.Time, at []time.Time) []time.Duration {
-	var out []time.Duration
-	for _, a := range at {
-		out = append(out, a.Sub(start))
-		start = a
-	}
-	return out
 }

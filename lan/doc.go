@@ -20,7 +20,6 @@
 // does.
 //
 // Around them: a daemon's LAN listener (Binding: bound with jittered backoff while the port is
-// taken, the rest of the daemon serving meanwhile) and the probes of silent peers (Prober: a peer
-// whose address gave no answer is asked for its status on a backoff schedule, and the host is told
-// when it answers, to make its waiting rows due).
+// taken, the rest of the daemon serving meanwhile) and the probe of a silent peer (Probe: its
+// status, asked of its address; the host's reachability tracker, package host/reach, decides when).
 package lan

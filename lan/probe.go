@@ -7,10 +7,14 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"time"
 
 	"github.com/agentmbx/agentmbx/mbx"
 	"github.com/agentmbx/agentmbx/outbox"
 )
+
+// ProbeTimeout bounds one probe request.
+const ProbeTimeout = 10 * time.Second
 
 // ErrNotThatPeer: the peer's LAN address answered as another host (another key).
 var ErrNotThatPeer = errors.New("the LAN address answers as another host")

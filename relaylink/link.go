@@ -38,8 +38,9 @@ type Host interface {
 	// KickOutbox wakes the outbox loop; Wake also wakes those who wait for mail. Neither blocks.
 	KickOutbox()
 	Wake()
-	// Answered is told that the relay answered a pull (rows waiting on the relay may go now).
-	Answered(ctx context.Context)
+	// Reached is told the outcome of each pull (nil: the relay answered it), so the host knows
+	// whether the relay is reachable (rows waiting for it go when it answers again).
+	Reached(ctx context.Context, err error)
 	// Daemon reports whether the daemon serves the host now (RelayStatus.Daemon).
 	Daemon() bool
 	// ResendReceipts queues again, in tx, the current delivery receipt of each local copy of
@@ -378,6 +379,44 @@ func (l *Link) afterEpochChange() {
 	l.host.KickOutbox()
 	poke(l.keep)
 	l.kickReceiver()
+}
+
+// probeTimeout bounds a Probe.
+const probeTimeout = 10 * time.Second
+
+// ErrProbedByPull is Probe's answer for a v1 relay: its next pull was brought forward, and the
+// host hears how it went from that pull (Host.Reached).
+var ErrProbedByPull = errors.New("relay probed by its next pull")
+
+// Probe asks the relay in use for its info: one small signed request, never a long poll, so a
+// relay that comes back is seen at once (a pull would be held there until mail arrives). ok is
+// false when no relay is in use (nothing to probe); a v1 relay, which has no info, gets its next
+// pull brought forward instead (ErrProbedByPull).
+func (l *Link) Probe(ctx context.Context) (ok bool, err error) {
+	c, err := l.Conn()
+	if err != nil {
+		return false, nil
+	}
+	if c.V1 != nil {
+		return l.PullNow(), ErrProbedByPull
+	}
+	ctx, cancel := context.WithTimeout(ctx, probeTimeout)
+	defer cancel()
+	_, err = c.Client.Info(ctx)
+	return true, err
+}
+
+// PullNow brings the receiver's next pull forward (a probe of a relay that stopped answering:
+// Host.Reached hears how it went). It reports false when no receiver runs in a daemon.
+func (l *Link) PullNow() bool {
+	l.mu.Lock()
+	r := l.recv
+	l.mu.Unlock()
+	if r == nil || !l.host.Daemon() {
+		return false
+	}
+	r.Kick()
+	return true
 }
 
 // kickReceiver wakes the receiver of the connection, if one runs.

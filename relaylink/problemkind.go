@@ -2,6 +2,7 @@ package relaylink
 
 import (
 	"errors"
+	"net/http"
 
 	"github.com/agentmbx/agentmbx/api"
 	"github.com/agentmbx/agentmbx/relayclient"
@@ -25,4 +26,25 @@ func problemKey(p api.RelayProblem) string {
 		return ""
 	}
 	return p.Kind + ":" + p.Error
+}
+
+// NoAnswer reports whether err means the relay did not answer at all: no HTTP answer, or a
+// gateway in front of it (TLS at the edge) saying the service behind is gone (502, 504, a 503
+// without Retry-After; a 503 with one is the relay asking to slow down). The host then counts
+// the relay down and probes it until it answers.
+func NoAnswer(err error) bool {
+	if errors.Is(err, relayclient.ErrTransport) {
+		return true
+	}
+	var se *relayclient.StatusError
+	if !errors.As(err, &se) {
+		return false
+	}
+	switch se.Status {
+	case http.StatusBadGateway, http.StatusGatewayTimeout:
+		return true
+	case http.StatusServiceUnavailable:
+		return se.RetryAfter == 0
+	}
+	return false
 }

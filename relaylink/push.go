@@ -117,7 +117,8 @@ func (p *Pusher) push(ctx context.Context, rows []outbox.Row) []outbox.Outcome {
 		p.Observe(err)
 	}
 	if err != nil {
-		return outbox.FailedAll(len(rows), fmt.Errorf("relay push: %w", err), false)
+		// No answer at all marks the rows Unreachable: the host then counts the relay down.
+		return outbox.FailedAll(len(rows), fmt.Errorf("relay push: %w", err), NoAnswer(err))
 	}
 	// Crash drill: the relay committed the push, the host has not recorded its answer.
 	_ = failpoint.Inject(FailAfterPushBeforeRecord)

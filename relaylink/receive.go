@@ -252,11 +252,11 @@ func (l *Link) reset(c *Conn, p checkpoint.Position) {
 func (l *Link) source(c *Conn) Source {
 	return Source{Client: c.Client,
 		ObservePull: func(ctx context.Context, err error) {
+			l.host.Reached(ctx, err)
 			var ee *relayclient.EpochError
 			switch {
 			case err == nil:
 				l.problem(c, OpPull, nil)
-				l.host.Answered(ctx)
 			case errors.As(err, &ee):
 			case ctx.Err() != nil:
 			default:

@@ -342,10 +342,10 @@ func (l *Link) sourceV1(c *Conn) SourceV1 {
 			return key
 		},
 		ObservePull: func(ctx context.Context, err error) {
+			l.host.Reached(ctx, err)
 			switch {
 			case err == nil:
 				l.problem(c, OpPull, nil)
-				l.host.Answered(ctx)
 			case ctx.Err() != nil:
 			default:
 				_ = l.failed(c, OpPull, err) // recorded; nothing waits on this error

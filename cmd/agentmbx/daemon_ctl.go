@@ -191,6 +191,19 @@ func printDaemonStatus(w io.Writer, st api.DaemonStatus) {
 		relay += "; failing: " + strings.Join(st.RelayProblems, ", ")
 	}
 	fmt.Fprintf(w, "relay:  %s\n", relay)
+	for _, r := range st.Reach {
+		line := r.State
+		if r.Since != "" {
+			line += " since " + r.Since
+		}
+		if r.OutageSince != "" && r.State != "down" {
+			line += " (no answer since " + r.OutageSince + ")"
+		}
+		if r.State == "down" {
+			line += "; probed every 5 s, waiting mail goes when it answers"
+		}
+		fmt.Fprintf(w, "reach:  %s %s\n", r.Target, line)
+	}
 	var parts []string
 	for _, s := range api.OutboxStates() {
 		parts = append(parts, fmt.Sprintf("%s %d", s, st.Outbox[s]))

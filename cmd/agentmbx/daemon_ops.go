@@ -93,13 +93,14 @@ var (
 	descQuarantine = prometheus.NewDesc("agentmbx_daemon_quarantine_items", "Relay items held in quarantine.", nil, nil)
 	descRelayLink  = prometheus.NewDesc("agentmbx_daemon_relay_link", "1 for the relay link's current state: none, stopped, not-enrolled, failing, ok.", []string{"state"}, nil)
 	descRelayProb  = prometheus.NewDesc("agentmbx_daemon_relay_problem", "1 for each relay operation whose last try failed.", []string{"op"}, nil)
+	descReach      = prometheus.NewDesc("agentmbx_daemon_reach", "1 for each transport target's current state (target: relay or lan:HOST; state: up, quiet, down, unknown).", []string{"target", "state"}, nil)
 	descStateOK    = prometheus.NewDesc("agentmbx_daemon_state_ok", "1 when the host's state was read for this scrape, else 0 (and its gauges are left out).", nil, nil)
 )
 
 // Describe implements prometheus.Collector.
 func (c *hostCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descOutbox, descOldest, descDeliveries, descReceipts, descQuarantine,
-		descRelayLink, descRelayProb, descStateOK} {
+		descRelayLink, descRelayProb, descReach, descStateOK} {
 		ch <- d
 	}
 }
@@ -134,6 +135,15 @@ func (c *hostCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	for _, op := range s.RelayProblems {
 		ch <- prometheus.MustNewConstMetric(descRelayProb, prometheus.GaugeValue, 1, op)
+	}
+	for _, r := range s.Reach {
+		for _, st := range []string{"up", "quiet", "down", "unknown"} {
+			v := 0.0
+			if st == r.State {
+				v = 1
+			}
+			ch <- prometheus.MustNewConstMetric(descReach, prometheus.GaugeValue, v, r.Target, st)
+		}
 	}
 }
 

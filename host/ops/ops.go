@@ -52,6 +52,8 @@ type Snapshot struct {
 	RelayLink string
 	// RelayProblems names the relay operations whose last try failed.
 	RelayProblems []string
+	// Reach is each transport target's reachability (api.Reach).
+	Reach []api.Reach
 }
 
 // RelayLinkStates are the values of Snapshot.RelayLink.
@@ -77,6 +79,8 @@ type Config struct {
 	Write func() error
 	// Logger receives the probe's failures.
 	Logger *slog.Logger
+	// Reach is the host's reachability of its targets (nil: none known).
+	Reach func() []api.Reach
 }
 
 // New returns the ops view of a host.
@@ -121,6 +125,9 @@ func (o *Ops) Snapshot(ctx context.Context) (Snapshot, error) {
 		snap.RelayProblems = append(snap.RelayProblems, p.Op)
 	}
 	snap.RelayLink = linkState(rs)
+	if o.cfg.Reach != nil {
+		snap.Reach = o.cfg.Reach()
+	}
 	return snap, nil
 }
 
