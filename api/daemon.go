@@ -7,6 +7,7 @@ import "context"
 //
 //	GET  /v1/daemon        → DaemonStatus
 //	POST /v1/daemon/stop   → DaemonStatus (as it was when the stop began)
+//	POST /v1/daemon/rotate → Rotation (once the daemon serves with the new keys)
 
 // DaemonService is what a running daemon says about itself and how it is stopped. The host
 // implements it while it runs as a daemon; client.Client over the control socket.
@@ -17,6 +18,9 @@ type DaemonService interface {
 	// StopDaemon begins a graceful stop (the same as SIGTERM: requests in flight finish, pushes
 	// in flight finish or stay pending) and answers at once; the process exits soon after.
 	StopDaemon(ctx context.Context) (DaemonStatus, error)
+	// RotateKeys rotates the host's keys in the running daemon (`agentmbx id rotate`): it answers
+	// once the daemon serves with the new keys; the daemon then tells the peers and the relay.
+	RotateKeys(ctx context.Context) (*Rotation, error)
 }
 
 // DaemonStatus is `agentmbx daemon status --json`.

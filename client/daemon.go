@@ -23,6 +23,16 @@ func (c *Client) StopDaemon(ctx context.Context) (api.DaemonStatus, error) {
 	return st, c.do(ctx, http.MethodPost, "/v1/daemon/stop", nil, nil, &st)
 }
 
+// RotateKeys asks the daemon to rotate the host's keys (POST /v1/daemon/rotate). It answers once
+// the daemon serves with the new keys.
+func (c *Client) RotateKeys(ctx context.Context) (*api.Rotation, error) {
+	var r api.Rotation
+	if err := c.do(ctx, http.MethodPost, "/v1/daemon/rotate", nil, nil, &r); err != nil {
+		return nil, err
+	}
+	return &r, nil
+}
+
 var _ api.IDResolver = (*Client)(nil)
 
 // ResolveID turns a message id prefix into the full id (GET /v1/resolve).

@@ -15,6 +15,7 @@ import (
 	"github.com/agentmbx/agentmbx/internal/logkey"
 	"github.com/agentmbx/agentmbx/lan"
 	"github.com/agentmbx/agentmbx/relaylink"
+	"github.com/agentmbx/agentmbx/rotation"
 )
 
 // DefaultTick is the daemon's tick: an outbox pass and a sweep at least this often.
@@ -53,8 +54,10 @@ type DaemonOptions struct {
 // SIGTERM or SIGINT; the library traps no signal itself): the LAN server, the outbox loop (passes, receipts, sweeps and alerts), the relay loops
 // (when a relay is pinned: enrolment, publications and the receiver) and the control
 // socket <dir>/agentmbx.sock (mode 0600) that commands and the SDK talk to. It holds the store's
-// lock the whole time. On the way out it stops taking requests, wakes long polls, waits for the
-// sends in flight and closes the store; it returns nil after a clean shutdown.
+// lock the whole time, except while it rotates the host's keys (RotateKeys: the store is closed
+// for the local part of the rotation, then opened again, the listeners serving throughout). On
+// the way out it stops taking requests, wakes long polls, waits for the sends in flight and
+// closes the store; it returns nil after a clean shutdown.
 func RunDaemon(ctx context.Context, dir string, opts DaemonOptions) (err error) {
 	o := Options{LockTimeout: 200 * time.Millisecond}
 	if opts.Options != nil {
@@ -68,6 +71,9 @@ func RunDaemon(ctx context.Context, dir string, opts DaemonOptions) (err error) 
 		return err // Open's error names the home already (and wraps api.ErrLocked when a daemon runs)
 	}
 	defer func() {
+		if h == nil {
+			return // a rotation closed it and could not open it again
+		}
 		if cerr := h.Close(); err == nil && cerr != nil {
 			err = cerr
 		}
@@ -103,32 +109,121 @@ func RunDaemon(ctx context.Context, dir string, opts DaemonOptions) (err error) 
 	// stopCtx ends on ctx or on StopDaemon (the control socket's POST /v1/daemon/stop).
 	stopCtx, stopDaemon := context.WithCancel(ctx)
 	defer stopDaemon()
-	h.mu.Lock()
-	h.daemon = true
-	h.run = &daemonRun{started: h.clock(), stop: stopDaemon}
-	h.mu.Unlock()
-	lanSrv := lan.NewHTTPServer(h.lanSrv.Handler())
-	sockSrv := &http.Server{Handler: controlHandler(h), ReadHeaderTimeout: 10 * time.Second}
+	run := &daemonRun{started: h.clock(), stop: stopDaemon, rotate: make(chan rotateRequest)}
+	// The listeners serve the open host through gates, so that a key rotation can swap it.
+	var sockGate, lanGate swapGate
+	lanSrv := lan.NewHTTPServer(&lanGate)
+	sockSrv := &http.Server{Handler: &sockGate, ReadHeaderTimeout: 10 * time.Second}
 	errc := make(chan error, 2)
-	go func() { errc <- serveErr("control socket", sockSrv.Serve(sockLn)) }()
-	loopCtx, cancelLoop := context.WithCancel(ctx)
+	bindCtx, cancelBind := context.WithCancel(ctx)
+	defer cancelBind()
 	lb := h.newBinding(listen, opts, lanSrv, errc)
+	relayWait := opts.RelayWait
+	if relayWait == 0 {
+		relayWait = DefaultRelayWait
+	}
+	relayWait = max(relayWait, 0)
+	stopLoops := h.serveDaemon(ctx, run, lb, tick, relayWait, &sockGate, &lanGate)
+	go func() { errc <- serveErr("control socket", sockSrv.Serve(sockLn)) }()
 	bindDone := make(chan struct{})
 	if err := lb.Bind(); err != nil {
 		h.log.Warn("LAN listener: bind failed; the daemon runs without it (local and relay mail go on) and retries",
 			logkey.LAN, listen, logkey.Err, err)
 		go func() {
 			defer close(bindDone)
-			lb.Retry(loopCtx)
+			lb.Retry(bindCtx)
 		}()
 	} else {
 		close(bindDone)
 	}
-	relayWait := opts.RelayWait
-	if relayWait == 0 {
-		relayWait = DefaultRelayWait
+	bound, _, _ := lb.State()
+	h.log.Info("daemon running", logkey.Host, h.name, logkey.Fingerprint, h.Key().Fingerprint(), logkey.LAN, bound, logkey.Socket, sockPath)
+	if opts.Ready != nil {
+		opts.Ready(h)
 	}
-	relayWait = max(relayWait, 0)
+
+	var runErr error
+serve:
+	for {
+		select {
+		case <-stopCtx.Done():
+			break serve
+		case runErr = <-errc:
+			break serve
+		case req := <-run.rotate:
+			// The local part of a key rotation, with the store closed: the same steps as
+			// `id rotate` without a daemon (PrepareRotation), the same crash guarantees.
+			sockGate.hold()
+			lanGate.hold()
+			stopLoops()
+			h.mail.Close() // long polls answer now
+			sockGate.drain()
+			lanGate.drain()
+			h.mu.Lock()
+			h.daemon, h.bind, h.run = false, nil, nil
+			h.mu.Unlock()
+			if cerr := h.Close(); cerr != nil {
+				h.log.Error("closing the store for a key rotation", logkey.Err, cerr)
+			}
+			logger := h.log
+			h = nil
+			_, perr := PrepareRotation(dir, rotation.Options{Rand: o.Rand, Clock: o.Clock})
+			h2, oerr := Open(dir, &o)
+			if oerr != nil {
+				req.reply <- rotateAnswer{err: fmt.Errorf("host: daemon: opening the store again after the key rotation: %w", oerr)}
+				sockGate.set(nil, errRotationReopen)
+				lanGate.set(nil, errRotationReopen)
+				runErr = oerr
+				logger.Error("opening the store again after a key rotation: the daemon stops; its next start finishes the rotation", logkey.Err, oerr)
+				break serve
+			}
+			h = h2
+			stopLoops = h.serveDaemon(ctx, run, lb, tick, relayWait, &sockGate, &lanGate)
+			if opts.Ready != nil {
+				opts.Ready(h)
+			}
+			if perr != nil {
+				req.reply <- rotateAnswer{err: perr}
+				continue
+			}
+			st, serr := h.rot.Status()
+			h.log.Info("host keys rotated: the daemon tells the peers and the relay", logkey.Fingerprint, h.Key().Fingerprint())
+			req.reply <- rotateAnswer{rotation: st, err: serr}
+		}
+	}
+	if h == nil {
+		return runErr
+	}
+	h.log.Info("daemon stopping")
+	cancelBind()
+	stopLoops()
+	<-bindDone     // no bind after the LAN server's shutdown below
+	h.mail.Close() // long polls (Wait) answer now
+	shutCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := lanSrv.Shutdown(shutCtx); err != nil {
+		lanSrv.Close()
+	}
+	if err := sockSrv.Shutdown(shutCtx); err != nil {
+		sockSrv.Close()
+	}
+	h.sends.Wait()
+	h.mu.Lock()
+	h.daemon, h.bind, h.run = false, nil, nil
+	h.mu.Unlock()
+	h.log.Info("daemon stopped")
+	return runErr
+}
+
+// serveDaemon makes h the daemon's host: it records the run and the LAN binding, starts the
+// loops (the relay's, the rotation's, the probes and the outbox loop) and opens the gates to
+// h's handlers. The returned func stops the loops and waits for them and the sends in flight.
+func (h *Host) serveDaemon(ctx context.Context, run *daemonRun, lb *lan.Binding, tick, relayWait time.Duration,
+	sockGate, lanGate *swapGate) (stop func()) {
+	h.mu.Lock()
+	h.daemon, h.run, h.bind = true, run, lb
+	h.mu.Unlock()
+	loopCtx, cancelLoop := context.WithCancel(ctx)
 	loopDone := make(chan struct{})
 	h.probes.Start(loopCtx)
 	h.probeWaiting(loopCtx)
@@ -148,36 +243,13 @@ func RunDaemon(ctx context.Context, dir string, opts DaemonOptions) (err error) 
 		h.runOutbox(loopCtx, tick)
 		wg.Wait()
 	}()
-	bound, _, _ := lb.State()
-	h.log.Info("daemon running", logkey.Host, h.name, logkey.Fingerprint, h.key.Fingerprint(), logkey.LAN, bound, logkey.Socket, sockPath)
-	if opts.Ready != nil {
-		opts.Ready(h)
+	sockGate.set(controlHandler(h), nil)
+	lanGate.set(h.lanSrv.Handler(), nil)
+	return func() {
+		cancelLoop()
+		<-loopDone
+		h.sends.Wait()
 	}
-
-	var runErr error
-	select {
-	case <-stopCtx.Done():
-	case runErr = <-errc:
-	}
-	h.log.Info("daemon stopping")
-	cancelLoop()
-	<-bindDone     // no bind after the LAN server's shutdown below
-	h.mail.Close() // long polls (Wait) answer now
-	shutCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := lanSrv.Shutdown(shutCtx); err != nil {
-		lanSrv.Close()
-	}
-	if err := sockSrv.Shutdown(shutCtx); err != nil {
-		sockSrv.Close()
-	}
-	<-loopDone
-	h.sends.Wait()
-	h.mu.Lock()
-	h.daemon, h.bind, h.run = false, nil, nil
-	h.mu.Unlock()
-	h.log.Info("daemon stopped")
-	return runErr
 }
 
 func serveErr(what string, err error) error {

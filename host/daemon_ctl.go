@@ -10,10 +10,20 @@ import (
 	"github.com/agentmbx/agentmbx/internal/version"
 )
 
-// daemonRun is what RunDaemon records while it runs: when it started and how to stop it.
+// daemonRun is what RunDaemon records while it runs: when it started, how to stop it and how to
+// ask it for a key rotation.
 type daemonRun struct {
 	started time.Time
 	stop    context.CancelFunc
+	rotate  chan rotateRequest
+}
+
+// rotateRequest asks RunDaemon for a key rotation; it answers on reply (buffered).
+type rotateRequest struct{ reply chan rotateAnswer }
+
+type rotateAnswer struct {
+	rotation *api.Rotation
+	err      error
 }
 
 // errNotDaemon answers the daemon routes of a host whose daemon is not running here.
@@ -74,4 +84,32 @@ func (h *Host) StopDaemon(ctx context.Context) (api.DaemonStatus, error) {
 		run.stop()
 	}
 	return st, nil
+}
+
+// RotateKeys rotates this host's keys while the daemon runs (api.DaemonService; `agentmbx id
+// rotate`). The daemon stops its loops, lets the requests in flight finish (new ones wait),
+// closes the store, makes the new keys and swaps them (PrepareRotation, as `id rotate` does
+// without a daemon), opens the store again and goes on serving with the new keys; its rotation
+// loop then tells the peers and the relay. It answers with the rotation's progress once the
+// daemon serves with the new keys.
+func (h *Host) RotateKeys(ctx context.Context) (*api.Rotation, error) {
+	h.mu.Lock()
+	run := h.run
+	h.mu.Unlock()
+	if run == nil {
+		return nil, errNotDaemon
+	}
+	// This request waits for the rotation: it must not count among those the rotation waits for.
+	detachRequest(ctx)
+	req := rotateRequest{reply: make(chan rotateAnswer, 1)}
+	select {
+	case run.rotate <- req:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	a := <-req.reply // the rotation runs to its end whatever the caller does
+	if a.err != nil {
+		return nil, fmt.Errorf("host: rotate: %w", a.err)
+	}
+	return a.rotation, nil
 }

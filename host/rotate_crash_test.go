@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -43,11 +44,17 @@ func TestRotationCrashChildProcess(t *testing.T) {
 	switch action {
 	case "prepare":
 		_, err = PrepareRotation(home, rotation.Options{})
-	case "daemon":
+	case "daemon", "daemon-rotate":
 		ctx, cancel := context.WithTimeout(context.Background(), testkit.ChildWait)
 		defer cancel()
+		var once sync.Once
 		err = RunDaemon(ctx, home, DaemonOptions{Listen: "127.0.0.1:0", RelayWait: -1, Tick: 100 * time.Millisecond,
-			Options: &Options{Logger: testLoggerB(), HTTPClient: &http.Client{Timeout: 10 * time.Second}}})
+			Options: &Options{Logger: testLoggerB(), HTTPClient: &http.Client{Timeout: 10 * time.Second}},
+			Ready: func(h *Host) {
+				if action == "daemon-rotate" { // `id rotate` through the running daemon
+					once.Do(func() { go h.RotateKeys(ctx) })
+				}
+			}})
 	default:
 		err = fmt.Errorf("unknown action %q", action)
 	}
@@ -163,11 +170,16 @@ func (w *rotCrash) finish(a *testHost) {
 	}
 }
 
+// TestRotationCrashDuringPrepare: killed in the local part of a rotation, run by `id rotate`
+// without a daemon (prepare) or by the running daemon (daemon-rotate: RotateKeys).
 func TestRotationCrashDuringPrepare(t *testing.T) {
-	for _, point := range []string{rotation.FailPrepared, rotation.FailEncSwapped, rotation.FailSwapped} {
-		t.Run(point, func(t *testing.T) {
+	for _, c := range []struct{ action, point string }{
+		{"prepare", rotation.FailPrepared}, {"prepare", rotation.FailEncSwapped}, {"prepare", rotation.FailSwapped},
+		{"daemon-rotate", rotation.FailPrepared}, {"daemon-rotate", rotation.FailSwapped},
+	} {
+		t.Run(c.action+"/"+c.point, func(t *testing.T) {
 			w := newRotCrash(t)
-			a := w.crash("prepare", point)
+			a := w.crash(c.action, c.point)
 			w.finish(a)
 			for _, f := range []string{rotation.NextHostKey, rotation.NextEncKey} {
 				if _, err := os.Stat(filepath.Join(w.a.dir, f)); err == nil {

@@ -2,6 +2,7 @@ package host
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -129,8 +130,21 @@ func defaultSubject(body string) string {
 // durable: the local copies, the sender's copy, the sent record and one outbox row per target
 // host with its sealed wire bytes, all in one transaction (shared with concurrent senders through
 // bbolt's Batch, so each fsync serves many). Nothing is stored when an address is bad or names a
-// host that is not paired.
+// host that is not paired. A send that met a peer's key rotation between sealing and storing
+// (nothing stored) is sealed again, a few times at most.
 func (h *Host) Send(ctx context.Context, req api.SendRequest) (api.SendResult, error) {
+	for try := 1; ; try++ {
+		res, err := h.sendOnce(ctx, req)
+		if !errors.Is(err, errRetrySend) || try == sendTries {
+			return res, err
+		}
+	}
+}
+
+// sendTries bounds the seals of one Send when peers' keys keep changing under it.
+const sendTries = 3
+
+func (h *Host) sendOnce(ctx context.Context, req api.SendRequest) (api.SendResult, error) {
 	if err := ctx.Err(); err != nil {
 		return api.SendResult{}, err
 	}

@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -29,15 +30,23 @@ type daemonMetrics struct {
 	mu  sync.Mutex
 	srv *http.Server
 	err error
+	// cur is the daemon's open host: a key rotation opens the store again, and the daemon's
+	// Ready then hands over the new host.
+	cur atomic.Pointer[host.Host]
 }
 
-// start serves the metrics of h; called from the daemon's Ready.
+// start serves the metrics of h; called from the daemon's Ready (again after a key rotation:
+// the listener stays, the host it reads changes).
 func (d *daemonMetrics) start(h *host.Host) {
 	if d.listen == "" {
 		return
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	d.cur.Store(h)
+	if d.srv != nil {
+		return
+	}
 	ln, err := net.Listen("tcp", d.listen)
 	if err != nil {
 		d.err = fmt.Errorf("daemon: metrics listener: %w", err)
@@ -46,10 +55,11 @@ func (d *daemonMetrics) start(h *host.Host) {
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		&hostCollector{h: h})
+		&hostCollector{h: d.cur.Load})
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError}))
-	d.srv = &http.Server{Handler: h.Ops().Handler(mux), ReadHeaderTimeout: 10 * time.Second,
+	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { d.cur.Load().Ops().Handler(mux).ServeHTTP(w, r) })
+	d.srv = &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second,
 		ReadTimeout: time.Minute, WriteTimeout: time.Minute}
 	go func() { _ = d.srv.Serve(ln) }()
 	addr := ln.Addr().String()
@@ -77,7 +87,7 @@ func (d *daemonMetrics) stop() error {
 
 // hostCollector reads the daemon's state when scraped, at most once a second.
 type hostCollector struct {
-	h *host.Host
+	h func() *host.Host // the daemon's open host
 
 	mu   sync.Mutex
 	at   time.Time
@@ -155,7 +165,7 @@ func (c *hostCollector) snapshot() (ops.Snapshot, error) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	c.last, c.err = c.h.Ops().Snapshot(ctx)
+	c.last, c.err = c.h().Ops().Snapshot(ctx)
 	c.at = time.Now()
 	return c.last, c.err
 }

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"strings"
@@ -35,9 +34,12 @@ key goes to every paired peer (over the LAN, and through the relay as a rotation
 the relay, which moves this host's queue to the new key. The old keys are kept as retired: mail
 and receipts signed or sealed before the rotation stay valid.
 
-Run it with the daemon stopped. It makes the new keys and swaps them, then tries every step
-once; whatever is left (an unreachable peer or relay) is retried by ` + "`agentmbx daemon`" + ` until done.
-A crash at any point is resumed at the next start. ` + "`agentmbx id`" + ` shows the progress.`,
+With a daemon running, the daemon rotates: it finishes the requests in flight (new ones wait a
+moment), makes the new keys and swaps them, serves again with them, and tells the peers and the
+relay on its own; mail keeps flowing both ways. Without one, this command makes the new keys,
+swaps them and tries every step once; whatever is left (an unreachable peer or relay) is retried
+by ` + "`agentmbx daemon`" + ` until done. A crash at any point is resumed at the next start.
+` + "`agentmbx id`" + ` shows the progress.`,
 		Example: `  agentmbx id rotate --yes`,
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -46,14 +48,28 @@ A crash at any point is resumed at the next start. ` + "`agentmbx id`" + ` shows
 				return err
 			}
 			ctx := cmd.Context()
-			if c, err := client.Dial(ctx, dir); err == nil {
-				c.Close()
-				return hint(errors.New("id rotate: the daemon is running"),
-					"stop the daemon, run `agentmbx id rotate`, then start the daemon again: it finishes the rotation")
-			}
 			if err := confirm(cmd, yes, false, "Replace this host's keys? Peers and the relay are told; this cannot be undone.",
 				"pass --yes to rotate the host key"); err != nil {
 				return err
+			}
+			if c, err := client.Dial(ctx, dir); err == nil {
+				// The daemon rotates: it pauses, swaps the keys, serves again with the new ones
+				// and tells the peers and the relay on its own.
+				defer c.Close()
+				st, err := c.RotateKeys(ctx)
+				if err != nil {
+					return explain(err)
+				}
+				if asJSON {
+					return printJSON(cmd.OutOrStdout(), st)
+				}
+				fmt.Fprintf(cmd.ErrOrStderr(), "new host key %s (was %s); the daemon tells the peers and the relay\n",
+					st.NewFingerprint, st.OldFingerprint)
+				printRotation(cmd.OutOrStdout(), st)
+				if st.Done == "" {
+					fmt.Fprintln(cmd.ErrOrStderr(), "the daemon carries out the steps left; `agentmbx id` shows the progress")
+				}
+				return nil
 			}
 			s, err := host.PrepareRotation(dir, rotation.Options{})
 			if err != nil {

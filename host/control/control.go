@@ -87,9 +87,10 @@ var routes = map[string]map[string]route{
 	"/v1/relay/quarantine/release": {http.MethodPost: (*handler).quarantineRelease},
 	"/v1/relay/quarantine/purge":   {http.MethodPost: (*handler).quarantinePurge},
 
-	"/v1/daemon":      {http.MethodGet: (*handler).daemonStatus},
-	"/v1/daemon/stop": {http.MethodPost: (*handler).daemonStop},
-	"/v1/resolve":     {http.MethodGet: (*handler).resolve},
+	"/v1/daemon":        {http.MethodGet: (*handler).daemonStatus},
+	"/v1/daemon/stop":   {http.MethodPost: (*handler).daemonStop},
+	"/v1/daemon/rotate": {http.MethodPost: (*handler).daemonRotate},
+	"/v1/resolve":       {http.MethodGet: (*handler).resolve},
 }
 
 func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {

@@ -43,3 +43,11 @@ func (h *handler) resolve(_ http.ResponseWriter, r *http.Request) (any, error) {
 	id, err := res.ResolveID(r.Context(), r.URL.Query().Get("prefix"))
 	return api.ResolveAnswer{ID: id}, err
 }
+
+func (h *handler) daemonRotate(_ http.ResponseWriter, r *http.Request) (any, error) {
+	ds, err := h.daemonSvc()
+	if err != nil {
+		return nil, err
+	}
+	return ds.RotateKeys(r.Context())
+}
