@@ -148,7 +148,9 @@ func (h *Host) probeTarget(ctx context.Context, t reach.Target) bool {
 	if !isPeer {
 		ok, err := h.relay.Probe(ctx)
 		switch {
-		case !ok || errors.Is(err, relaylink.ErrProbedByPull):
+		case !ok: // no relay in use (unset, stopped, held by a rotation): nothing to show
+			h.reach.Forget(reach.Relay)
+		case errors.Is(err, relaylink.ErrProbedByPull):
 		case err != nil:
 			h.log.Debug("relay probe: no answer yet", logkey.Err, err)
 			h.relayReached(ctx, err)
